@@ -1,0 +1,114 @@
+//! Request extractors: [`CurrentUser`] from a session token (cookie or bearer header) and
+//! [`AdminAuth`] from the admin token. Both are checked in memory, with no I/O.
+
+use super::TokenSigner;
+use crate::clock::SharedClock;
+use crate::config::Secret;
+use crate::domain::UserId;
+use crate::error::ApiError;
+use axum::extract::{FromRef, FromRequestParts, OptionalFromRequestParts};
+use axum::http::header::{AUTHORIZATION, COOKIE};
+use axum::http::request::Parts;
+use std::sync::Arc;
+
+/// The name of the cookie that carries the session token for pages and the page script.
+pub const SESSION_COOKIE: &str = "seckill_session";
+
+/// What the extractors need: the token signer, the admin token and the clock.
+pub struct AuthKeys {
+    pub tokens: TokenSigner,
+    pub admin_token: Secret,
+    pub clock: SharedClock,
+}
+
+/// The signed-in shopper making this request.
+#[derive(Debug, Clone)]
+pub struct CurrentUser {
+    pub id: UserId,
+    pub username: String,
+}
+
+impl<S> FromRequestParts<S> for CurrentUser
+where
+    S: Send + Sync,
+    Arc<AuthKeys>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let keys = Arc::<AuthKeys>::from_ref(state);
+        let token = bearer_token(parts)
+            .or_else(|| session_cookie(parts))
+            .ok_or_else(ApiError::unauthorized)?;
+        let claims = keys
+            .tokens
+            .verify(token, keys.clock.now_ms())
+            .ok_or_else(ApiError::unauthorized)?;
+        Ok(CurrentUser {
+            id: claims.user_id,
+            username: claims.username,
+        })
+    }
+}
+
+/// Pages render for visitors too: a missing or invalid token just means "not signed in".
+impl<S> OptionalFromRequestParts<S> for CurrentUser
+where
+    S: Send + Sync,
+    Arc<AuthKeys>: FromRef<S>,
+{
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(
+            <Self as FromRequestParts<S>>::from_request_parts(parts, state)
+                .await
+                .ok(),
+        )
+    }
+}
+
+/// Proof that the request carries the admin token.
+pub struct AdminAuth;
+
+impl<S> FromRequestParts<S> for AdminAuth
+where
+    S: Send + Sync,
+    Arc<AuthKeys>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let keys = Arc::<AuthKeys>::from_ref(state);
+        match bearer_token(parts) {
+            Some(token) if keys.admin_token.matches(token) => Ok(AdminAuth),
+            _ => Err(ApiError::unauthorized()),
+        }
+    }
+}
+
+fn bearer_token(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get(AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+fn session_cookie(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == SESSION_COOKIE).then_some(value)
+        })
+}

@@ -1,0 +1,65 @@
+//! The command line: one binary, one subcommand per job, each with its own options and `run`.
+
+mod demo;
+mod migrate;
+mod serve;
+
+use crate::config::Config;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// seckill: a flash-sale system that sells exactly the stock.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// A TOML configuration file; `SECKILL_*` environment variables override it.
+    #[arg(long, global = true, env = "SECKILL_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP server (and, in embedded mode, everything else).
+    Serve(serve::Args),
+    /// Create or update the database schema, then exit.
+    Migrate,
+    /// Seed demo users and a demo sale, then exit.
+    Demo,
+}
+
+/// Parses the command line, runs the subcommand, and turns its error into a message and a
+/// non-zero exit code.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| {
+            rt.block_on(async {
+                let config = Config::load(cli.config.as_deref())?;
+                match cli.command {
+                    Command::Serve(args) => serve::run(config, args).await,
+                    Command::Migrate => migrate::run(config).await,
+                    Command::Demo => demo::run(config).await,
+                }
+            })
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,sqlx=warn,tower_http=warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+}

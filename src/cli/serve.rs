@@ -1,0 +1,79 @@
+//! `seckill serve`: run the server until SIGINT or SIGTERM, then drain and exit.
+
+use crate::app::App;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Options of `seckill serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Listen here instead of the configured `http_addr` (e.g. 0.0.0.0:8080).
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+    /// Seed demo users and a sale that is live now (idempotent).
+    #[arg(long)]
+    demo: bool,
+}
+
+/// Starts the server.
+pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
+    if let Some(addr) = args.addr {
+        config.http_addr = addr;
+    }
+    if args.demo {
+        let store = crate::app::open_store(&config).await?;
+        crate::demo::seed(&store, SystemClock.now_ms()).await?;
+    }
+    let app = App::build(&config, Arc::new(SystemClock)).await?;
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.http_addr))?;
+    let addr = listener.local_addr()?;
+    println!(
+        "seckill is selling at http://{addr}/  (database {})",
+        config.database_url
+    );
+    if let Some(token) = app.generated_admin_token() {
+        println!(
+            "admin token (generated, stored in the database): {}",
+            token.expose()
+        );
+    }
+    if args.demo {
+        print_demo_logins();
+    }
+    app.serve(listener, shutdown_signal()).await
+}
+
+/// Prints the demo shoppers' logins.
+pub fn print_demo_logins() {
+    let logins: Vec<String> = crate::demo::DEMO_USERS
+        .iter()
+        .map(|(user, password)| format!("{user} / {password}"))
+        .collect();
+    println!("demo logins: {}", logins.join(", "));
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

@@ -1,0 +1,210 @@
+//! Configuration in layers: built-in defaults, then an optional TOML file (`--config`), then
+//! `SECKILL_*` environment variables (nested keys with `__`, e.g.
+//! `SECKILL_RATE_LIMIT__PER_IP_PER_SEC`). Everything is checked at start-up so a bad value
+//! stops the process before the first request, with a message naming the key.
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The whole configuration of one process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the HTTP server listens (`SECKILL_HTTP_ADDR`).
+    pub http_addr: SocketAddr,
+    /// The database (`SECKILL_DATABASE_URL`): `sqlite://PATH` for now.
+    pub database_url: String,
+    /// Key that signs session tokens (`SECKILL_SECRET`, at least 32 bytes). Unset, a random
+    /// one is generated on first start and kept in the database.
+    pub secret: Option<Secret>,
+    /// Bearer token of the admin API (`SECKILL_ADMIN_TOKEN`, at least 16 bytes). Unset, one is
+    /// generated on first start, kept in the database and printed once.
+    pub admin_token: Option<Secret>,
+    /// How long a buyer has to pay before the order is cancelled (`SECKILL_PAYMENT_WINDOW_SECS`).
+    pub payment_window_secs: u64,
+    /// Units one user may hold of a product, unless the product says otherwise
+    /// (`SECKILL_PER_USER_LIMIT`).
+    pub per_user_limit: u32,
+    /// This process's Snowflake node id, unique among processes sharing a database
+    /// (`SECKILL_NODE_ID`, 0–1023).
+    pub node_id: u16,
+    /// Lifetime of a session token (`SECKILL_SESSION_TTL_SECS`).
+    pub session_ttl_secs: u64,
+    /// Products are loaded into the stock gate this long before their sale starts
+    /// (`SECKILL_PREHEAT_SECS`).
+    pub preheat_secs: u64,
+    /// Largest request body accepted (`SECKILL_MAX_BODY_BYTES`).
+    pub max_body_bytes: usize,
+    /// Most orders written in one group-commit transaction (`SECKILL_MAX_BATCH`).
+    pub max_batch: usize,
+    /// Mark the session cookie `Secure` (serve over HTTPS) (`SECKILL_SECURE_COOKIES`).
+    pub secure_cookies: bool,
+    /// Request throttling (`SECKILL_RATE_LIMIT__*`).
+    pub rate_limit: RateLimitConfig,
+}
+
+/// Token-bucket limits. A buyer clicking "buy" a few times a second is human; hundreds is a bot.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Buy attempts per second per user.
+    pub per_user_per_sec: u32,
+    /// Extra attempts a user may make at once.
+    pub per_user_burst: u32,
+    /// Buy and sign-in attempts per second per client IP address (a shared office NAT is
+    /// many users, so this is set far above the per-user limit).
+    pub per_ip_per_sec: u32,
+    /// Extra attempts one address may make at once.
+    pub per_ip_burst: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: "sqlite://seckill.db".into(),
+            secret: None,
+            admin_token: None,
+            payment_window_secs: 15 * 60,
+            per_user_limit: 1,
+            node_id: 0,
+            session_ttl_secs: 7 * 24 * 3600,
+            preheat_secs: 300,
+            max_body_bytes: 16 * 1024,
+            max_batch: 512,
+            secure_cookies: false,
+            rate_limit: RateLimitConfig::default(),
+        }
+    }
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            per_user_per_sec: 5,
+            per_user_burst: 10,
+            per_ip_per_sec: 200,
+            per_ip_burst: 400,
+        }
+    }
+}
+
+impl Config {
+    /// Reads defaults, then `file` if given, then the environment, and validates the result.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        let mut builder = config::Config::builder();
+        if let Some(file) = file {
+            builder = builder.add_source(config::File::from(file).required(true));
+        }
+        let config: Config = builder
+            .add_source(
+                config::Environment::with_prefix("SECKILL")
+                    .prefix_separator("_")
+                    .separator("__")
+                    .try_parsing(true),
+            )
+            .build()
+            .context("reading configuration")?
+            .try_deserialize()
+            .context("invalid configuration")?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Rejects values that would only fail later, at the worst moment.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(secret) = &self.secret
+            && secret.0.len() < 32
+        {
+            bail!("secret (SECKILL_SECRET) must be at least 32 bytes");
+        }
+        if let Some(token) = &self.admin_token
+            && token.0.len() < 16
+        {
+            bail!("admin_token (SECKILL_ADMIN_TOKEN) must be at least 16 bytes");
+        }
+        if !self.database_url.starts_with("sqlite:") {
+            bail!(
+                "database_url (SECKILL_DATABASE_URL) must start with sqlite: (got {:?})",
+                self.database_url.split(':').next().unwrap_or_default()
+            );
+        }
+        if self.payment_window_secs == 0 {
+            bail!("payment_window_secs must be positive");
+        }
+        if self.per_user_limit == 0 {
+            bail!("per_user_limit must be at least 1");
+        }
+        if self.node_id > crate::ids::MAX_NODE_ID {
+            bail!("node_id must be at most {}", crate::ids::MAX_NODE_ID);
+        }
+        if self.max_batch == 0 || self.max_body_bytes == 0 || self.session_ttl_secs == 0 {
+            bail!("max_batch, max_body_bytes and session_ttl_secs must be positive");
+        }
+        let r = &self.rate_limit;
+        if r.per_user_per_sec == 0 || r.per_ip_per_sec == 0 {
+            bail!("rate limits must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// A secret value: never printed, compared in constant time.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret read from storage or generated.
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    /// The secret itself, for the one place that uses it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Compares with a presented value without leaking where they differ through timing.
+    pub fn matches(&self, presented: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn a_short_secret_is_refused_at_start_up() {
+        let config = Config {
+            secret: Some(Secret::new("short".into())),
+            ..Config::default()
+        };
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn secrets_compare_exactly_and_never_print() {
+        let s = Secret::new("admin-token-123456".into());
+        assert!(s.matches("admin-token-123456"));
+        assert!(!s.matches("admin-token-12345"));
+        assert!(!s.matches("admin-token-123457"));
+        assert_eq!(format!("{s:?}"), "Secret(***)");
+    }
+}

@@ -1,0 +1,19 @@
+//! Pure types and rules of a flash sale, with no I/O: what a product, an event, an order and a
+//! user are, and which values are valid. Input is parsed into these types once, at the edge;
+//! the rest of the system trusts them.
+
+pub mod money;
+pub mod order;
+pub mod product;
+pub mod quantity;
+pub mod user;
+
+pub use money::Money;
+pub use order::{Order, OrderId, OrderStatus};
+pub use product::{Product, ProductId, SaleEvent, SaleStatus, SaleWindow};
+pub use quantity::Quantity;
+pub use user::{Password, UserId, Username};
+
+/// Milliseconds since the Unix epoch, the one time unit stored and compared everywhere: it is
+/// portable across SQLite, MySQL and PostgreSQL and cheap to compare on the hot path.
+pub type Millis = i64;

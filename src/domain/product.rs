@@ -1,0 +1,111 @@
+//! Products on sale and the sale events (场次) that group them.
+
+use super::{Millis, Money};
+use serde::{Deserialize, Serialize};
+
+/// A product's database id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProductId(pub i64);
+
+/// Where a sale stands at a given moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaleStatus {
+    Upcoming,
+    Live,
+    Ended,
+}
+
+impl SaleStatus {
+    /// The wire and template spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Upcoming => "upcoming",
+            Self::Live => "live",
+            Self::Ended => "ended",
+        }
+    }
+}
+
+/// The half-open interval `[start, end)` in which buying is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleWindow {
+    pub start: Millis,
+    pub end: Millis,
+}
+
+/// Why a sale window was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("a sale must end after it starts")]
+pub struct InvalidWindow;
+
+impl SaleWindow {
+    /// Builds a window that ends after it starts.
+    pub fn new(start: Millis, end: Millis) -> Result<Self, InvalidWindow> {
+        if start < end {
+            Ok(Self { start, end })
+        } else {
+            Err(InvalidWindow)
+        }
+    }
+
+    /// The status at `now`; the start instant is live, the end instant is ended.
+    pub fn status(&self, now: Millis) -> SaleStatus {
+        if now < self.start {
+            SaleStatus::Upcoming
+        } else if now < self.end {
+            SaleStatus::Live
+        } else {
+            SaleStatus::Ended
+        }
+    }
+}
+
+/// A sale event (场次): a time slot, e.g. 10:00–12:00, whose products go on sale together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleEvent {
+    pub id: i64,
+    pub title: String,
+    pub window: SaleWindow,
+}
+
+/// A product as the shop defines it. `stock` is what the database still has to sell: each
+/// persisted order takes from it with a guarded decrement, each cancelled order gives back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Product {
+    pub id: ProductId,
+    pub event_id: Option<i64>,
+    pub name: String,
+    pub image_url: String,
+    pub original_price: Money,
+    pub sale_price: Money,
+    /// Units ever put on sale (initial stock plus stock added later).
+    pub stock_total: i64,
+    /// Units not yet taken by a live order.
+    pub stock: i64,
+    /// How many units one user may hold in orders that are not cancelled.
+    pub per_user_limit: u32,
+    pub window: SaleWindow,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_live_from_its_start_until_just_before_its_end() {
+        let w = SaleWindow::new(100, 200).unwrap();
+        assert_eq!(w.status(99), SaleStatus::Upcoming);
+        assert_eq!(w.status(100), SaleStatus::Live);
+        assert_eq!(w.status(199), SaleStatus::Live);
+        assert_eq!(w.status(200), SaleStatus::Ended);
+    }
+
+    #[test]
+    fn a_window_must_end_after_it_starts() {
+        assert_eq!(SaleWindow::new(5, 5), Err(InvalidWindow));
+    }
+}

@@ -1,0 +1,243 @@
+//! The API error type and the rule for which error goes where.
+//!
+//! - On the request path, handlers return [`ApiError`]: a client error carries a status, a
+//!   stable machine-readable `code` and a human message, and renders as
+//!   `{"error": {"code": "...", "message": "..."}}`. Throttling is 429 with `Retry-After`.
+//! - Anything unexpected (database down, a bug) becomes [`ApiError::Internal`]: it is logged
+//!   with its full chain and the client sees only a generic 500.
+//! - Start-up, the CLI and background tasks use `anyhow` with `.context(..)`.
+
+use axum::Json;
+use axum::extract::FromRequest;
+use axum::extract::FromRequestParts;
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use std::borrow::Cow;
+
+/// An error answered to an API client.
+#[derive(Debug)]
+pub enum ApiError {
+    /// The client's fault, or a business rule said no.
+    Client {
+        status: StatusCode,
+        code: &'static str,
+        message: Cow<'static, str>,
+    },
+    /// Too many requests; try again after this many seconds.
+    RateLimited { retry_after_secs: u64 },
+    /// Our fault. Logged, never shown.
+    Internal(anyhow::Error),
+}
+
+impl ApiError {
+    /// A client error with its status, code and message.
+    pub fn client(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Self::Client {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 401: no valid credentials.
+    pub fn unauthorized() -> Self {
+        Self::client(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "sign in first: a valid session token is required",
+        )
+    }
+
+    /// 404 with a specific code.
+    pub fn not_found(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
+        Self::client(StatusCode::NOT_FOUND, code, message)
+    }
+
+    /// 409 with a specific code.
+    pub fn conflict(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
+        Self::client(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 422: well-formed JSON whose values break a rule.
+    pub fn invalid(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
+        Self::client(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Internal(e)
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        Self::Internal(e.into())
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Detail<'a>,
+}
+
+#[derive(Serialize)]
+struct Detail<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match &self {
+            Self::Client {
+                status,
+                code,
+                message,
+            } => (*status, *code, message.as_ref()),
+            Self::RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many requests: slow down and retry after the Retry-After seconds",
+            ),
+            Self::Internal(e) => {
+                tracing::error!(error = ?e, "internal error");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "something went wrong on our side; the request may be retried",
+                )
+            }
+        };
+        let mut response = (
+            status,
+            Json(Body {
+                error: Detail { code, message },
+            }),
+        )
+            .into_response();
+        if let Self::RateLimited { retry_after_secs } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        response
+    }
+}
+
+/// Maps axum's JSON rejections onto the API's own error shape and codes.
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let message = rejection.body_text();
+        match rejection {
+            JsonRejection::JsonSyntaxError(_) => {
+                Self::client(StatusCode::BAD_REQUEST, "malformed_json", message)
+            }
+            JsonRejection::JsonDataError(_) => Self::invalid("invalid_body", message),
+            JsonRejection::MissingJsonContentType(_) => Self::client(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send the body as JSON with Content-Type: application/json",
+            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::client(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "the request body is too large",
+            ),
+            other => Self::client(other.status(), "bad_request", message),
+        }
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        Self::client(StatusCode::NOT_FOUND, "not_found", rejection.body_text())
+    }
+}
+
+/// `axum::Json` whose rejections use [`ApiError`], so bad JSON gets the app's error shape.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct AppJson<T>(pub T);
+
+impl<T: Serialize> IntoResponse for AppJson<T> {
+    fn into_response(self) -> Response {
+        Json(self.0).into_response()
+    }
+}
+
+/// `axum::extract::Path` whose rejections use [`ApiError`]: a malformed id is a 404.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct AppPath<T>(pub T);
+
+/// Which business refusal is which HTTP answer, in one table.
+impl From<crate::sale::BuyError> for ApiError {
+    fn from(e: crate::sale::BuyError) -> Self {
+        use crate::gate::Rejection;
+        use crate::sale::BuyError;
+        match e {
+            BuyError::UnknownProduct => Self::not_found("unknown_product", "no such product"),
+            BuyError::Rejected(Rejection::NotLoaded | Rejection::NotStarted) => Self::client(
+                StatusCode::FORBIDDEN,
+                "not_started",
+                "the sale has not started yet",
+            ),
+            BuyError::Rejected(Rejection::Ended) => {
+                Self::client(StatusCode::FORBIDDEN, "ended", "the sale has ended")
+            }
+            BuyError::Rejected(Rejection::LimitReached) => Self::conflict(
+                "limit_reached",
+                "you already bought as many of this product as one buyer may",
+            ),
+            BuyError::Rejected(Rejection::SoldOut { remaining: 0 }) => {
+                Self::conflict("sold_out", "sold out")
+            }
+            BuyError::Rejected(Rejection::SoldOut { remaining }) => {
+                Self::conflict("sold_out", format!("only {remaining} left: ask for fewer"))
+            }
+            BuyError::Unavailable(e) => {
+                tracing::error!(error = ?e, "buy failed");
+                Self::client(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the order could not be taken right now; nothing was bought, try again",
+                )
+            }
+        }
+    }
+}
+
+impl From<crate::sale::OrderError> for ApiError {
+    fn from(e: crate::sale::OrderError) -> Self {
+        use crate::sale::OrderError;
+        match e {
+            OrderError::NotFound => Self::not_found("order_not_found", "no such order"),
+            OrderError::AlreadyPaid => Self::conflict("already_paid", "the order is already paid"),
+            OrderError::Cancelled => Self::conflict("order_cancelled", "the order was cancelled"),
+            OrderError::WindowClosed => Self::conflict(
+                "payment_window_closed",
+                "the payment window has closed; the order is cancelled",
+            ),
+            OrderError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<crate::sale::AdminError> for ApiError {
+    fn from(e: crate::sale::AdminError) -> Self {
+        use crate::sale::AdminError;
+        match e {
+            AdminError::Invalid { code, message } => Self::invalid(code, message),
+            AdminError::UnknownProduct => Self::not_found("unknown_product", "no such product"),
+            AdminError::Store(e) => e.into(),
+            AdminError::Gate(e) => e.into(),
+        }
+    }
+}

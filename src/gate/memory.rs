@@ -1,0 +1,216 @@
+//! The in-process gate of embedded mode. Each product has its own mutex, held only for a few
+//! comparisons and map updates (never across an `.await`), so buys of different products never
+//! wait for each other and buys of one product are serialized exactly as a Redis script would be.
+
+use super::{GateError, GateProduct, Rejection, StockGate};
+use crate::domain::{Millis, Order, ProductId, SaleWindow, UserId};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// The embedded [`StockGate`].
+#[derive(Default)]
+pub struct MemoryGate {
+    /// Products by id. The outer lock is taken for writing only to add a product.
+    products: RwLock<HashMap<ProductId, Arc<Mutex<Slot>>>>,
+}
+
+struct Slot {
+    window: SaleWindow,
+    remaining: i64,
+    per_user_limit: u32,
+    holdings: HashMap<UserId, u32>,
+}
+
+impl MemoryGate {
+    /// An empty gate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn slot(&self, id: ProductId) -> Option<Arc<Mutex<Slot>>> {
+        self.products
+            .read()
+            .expect("gate map lock poisoned")
+            .get(&id)
+            .cloned()
+    }
+
+    fn with_slot<T>(&self, id: ProductId, f: impl FnOnce(&mut Slot) -> T) -> Result<T, GateError> {
+        let slot = self.slot(id).ok_or(Rejection::NotLoaded)?;
+        let mut slot = slot.lock().expect("gate slot lock poisoned");
+        Ok(f(&mut slot))
+    }
+}
+
+#[async_trait]
+impl StockGate for MemoryGate {
+    async fn load(&self, p: GateProduct) -> Result<(), GateError> {
+        let slot = Slot {
+            window: p.window,
+            remaining: p.remaining,
+            per_user_limit: p.per_user_limit,
+            holdings: p.holdings.into_iter().collect(),
+        };
+        self.products
+            .write()
+            .expect("gate map lock poisoned")
+            .insert(p.id, Arc::new(Mutex::new(slot)));
+        Ok(())
+    }
+
+    async fn configure(
+        &self,
+        id: ProductId,
+        window: SaleWindow,
+        per_user_limit: u32,
+    ) -> Result<(), GateError> {
+        self.with_slot(id, |slot| {
+            slot.window = window;
+            slot.per_user_limit = per_user_limit;
+        })
+    }
+
+    async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
+        let units = order.quantity.get();
+        self.with_slot(order.product_id, |slot| {
+            if now < slot.window.start {
+                return Err(Rejection::NotStarted);
+            }
+            if now >= slot.window.end {
+                return Err(Rejection::Ended);
+            }
+            let held = slot.holdings.get(&order.user_id).copied().unwrap_or(0);
+            if held + units > slot.per_user_limit {
+                return Err(Rejection::LimitReached);
+            }
+            if slot.remaining < i64::from(units) {
+                return Err(Rejection::SoldOut {
+                    remaining: slot.remaining,
+                });
+            }
+            slot.remaining -= i64::from(units);
+            slot.holdings.insert(order.user_id, held + units);
+            Ok(slot.remaining)
+        })?
+        .map_err(GateError::from)
+    }
+
+    async fn release(&self, id: ProductId, user: UserId, units: u32) -> Result<(), GateError> {
+        self.with_slot(id, |slot| {
+            slot.remaining += i64::from(units);
+            if let Some(held) = slot.holdings.get_mut(&user) {
+                *held = held.saturating_sub(units);
+                if *held == 0 {
+                    slot.holdings.remove(&user);
+                }
+            }
+        })
+    }
+
+    async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError> {
+        self.with_slot(id, |slot| slot.remaining += units)
+    }
+
+    async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError> {
+        Ok(self
+            .slot(id)
+            .map(|slot| slot.lock().expect("gate slot lock poisoned").remaining))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Money, OrderId, OrderStatus, Quantity};
+
+    fn order(user: i64, units: i64) -> Order {
+        Order {
+            id: OrderId(1),
+            user_id: UserId(user),
+            product_id: ProductId(1),
+            product_name: "p".into(),
+            unit_price: Money::from_cents(100).unwrap(),
+            quantity: Quantity::parse(units).unwrap(),
+            total: Money::from_cents(100).unwrap(),
+            status: OrderStatus::AwaitingPayment,
+            created_at: 0,
+            pay_before: 1,
+            paid_at: None,
+            cancelled_at: None,
+        }
+    }
+
+    async fn gate(stock: i64, limit: u32) -> MemoryGate {
+        let gate = MemoryGate::new();
+        gate.load(GateProduct {
+            id: ProductId(1),
+            window: SaleWindow::new(100, 200).unwrap(),
+            remaining: stock,
+            per_user_limit: limit,
+            holdings: vec![],
+        })
+        .await
+        .unwrap();
+        gate
+    }
+
+    fn rejection(r: Result<i64, GateError>) -> Rejection {
+        match r {
+            Err(GateError::Rejected(r)) => r,
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn sells_exactly_the_stock_including_the_last_unit_with_multi_unit_orders() {
+        let gate = gate(5, 2).await;
+        assert_eq!(gate.reserve(&order(1, 2), 150).await.unwrap(), 3);
+        assert_eq!(gate.reserve(&order(2, 2), 150).await.unwrap(), 1);
+        assert_eq!(
+            rejection(gate.reserve(&order(3, 2), 150).await),
+            Rejection::SoldOut { remaining: 1 }
+        );
+        assert_eq!(gate.reserve(&order(3, 1), 150).await.unwrap(), 0);
+        assert_eq!(
+            rejection(gate.reserve(&order(4, 1), 150).await),
+            Rejection::SoldOut { remaining: 0 }
+        );
+    }
+
+    #[tokio::test]
+    async fn enforces_the_window_and_the_per_user_limit() {
+        let gate = gate(10, 1).await;
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 99).await),
+            Rejection::NotStarted
+        );
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 200).await),
+            Rejection::Ended
+        );
+        gate.reserve(&order(1, 1), 100).await.unwrap();
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 101).await),
+            Rejection::LimitReached
+        );
+    }
+
+    #[tokio::test]
+    async fn a_release_returns_the_units_and_lets_the_buyer_buy_again() {
+        let gate = gate(1, 1).await;
+        gate.reserve(&order(1, 1), 150).await.unwrap();
+        gate.release(ProductId(1), UserId(1), 1).await.unwrap();
+        assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(1));
+        assert_eq!(gate.reserve(&order(1, 1), 150).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_product_is_not_loaded() {
+        let gate = MemoryGate::new();
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 150).await),
+            Rejection::NotLoaded
+        );
+    }
+}

@@ -1,0 +1,77 @@
+//! The stock gate: the one place that decides, atomically, whether a buy may proceed. It holds
+//! each preheated product's remaining units, sale window, per-user limit and who holds how
+//! many units. It is a fast cache of the database, never the source of truth: at start-up (and
+//! after any sign of loss) it is rebuilt from the database.
+
+pub mod memory;
+
+use crate::domain::{Millis, Order, ProductId, SaleWindow, UserId};
+use async_trait::async_trait;
+
+/// Everything the gate needs to sell a product.
+#[derive(Debug, Clone)]
+pub struct GateProduct {
+    pub id: ProductId,
+    pub window: SaleWindow,
+    /// Units left to sell.
+    pub remaining: i64,
+    pub per_user_limit: u32,
+    /// Units each buyer already holds in orders that are not cancelled.
+    pub holdings: Vec<(UserId, u32)>,
+}
+
+/// Why the gate turned a buy away. Each maps to one API error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// The product is not in the gate yet: it is not preheated, so its sale has not started.
+    #[error("the product is not on sale yet")]
+    NotLoaded,
+    #[error("the sale has not started")]
+    NotStarted,
+    #[error("the sale has ended")]
+    Ended,
+    #[error("the buyer already holds the most units allowed")]
+    LimitReached,
+    /// Fewer units left than asked for; `remaining == 0` means sold out for everybody.
+    #[error("not enough stock left")]
+    SoldOut { remaining: i64 },
+}
+
+/// The gate's answer to a buy or a failure to reach the gate at all.
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    #[error("stock gate unavailable: {0}")]
+    Unavailable(#[from] anyhow::Error),
+}
+
+/// The atomic check-and-take at the heart of the buy path.
+#[async_trait]
+pub trait StockGate: Send + Sync + 'static {
+    /// Loads a product, replacing what the gate held for it. Only for preheat and rebuilds,
+    /// while no buy of that product can be in flight.
+    async fn load(&self, product: GateProduct) -> Result<(), GateError>;
+
+    /// Changes a loaded product's window and limit without touching its stock or buyers.
+    async fn configure(
+        &self,
+        id: ProductId,
+        window: SaleWindow,
+        per_user_limit: u32,
+    ) -> Result<(), GateError>;
+
+    /// One atomic step: sale open at `now`? buyer under the limit? enough stock? Then take the
+    /// units and record the buyer. Returns the units left.
+    async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError>;
+
+    /// Gives units back (a cancelled order, or an order the database refused) and lowers the
+    /// buyer's count, so they may buy again.
+    async fn release(&self, id: ProductId, user: UserId, units: u32) -> Result<(), GateError>;
+
+    /// Puts more units on sale.
+    async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError>;
+
+    /// Units left, or `None` when the product is not loaded.
+    async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError>;
+}

@@ -1,0 +1,224 @@
+//! The operator's API under `/admin`, behind `Authorization: Bearer <admin token>`: create
+//! sale events and products, change products, add stock to a live sale.
+
+use super::{EventView, ProductView};
+use crate::auth::AdminAuth;
+use crate::domain::{Millis, Money, ProductId, Quantity, SaleWindow};
+use crate::error::{ApiError, AppJson, AppPath};
+use crate::http::AppState;
+use crate::sale::{NewProductInput, ProductChanges};
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{patch, post};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+/// `/admin/...`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/events", post(create_event))
+        .route("/admin/products", post(create_product))
+        .route("/admin/products/{id}", patch(update_product))
+        .route("/admin/products/{id}/stock", post(add_stock))
+}
+
+/// The most units one product may hold: far above any flash sale, far below overflow.
+const MAX_STOCK: i64 = 100_000_000;
+
+fn window(starts_at: DateTime<Utc>, ends_at: DateTime<Utc>) -> Result<SaleWindow, ApiError> {
+    SaleWindow::new(starts_at.timestamp_millis(), ends_at.timestamp_millis())
+        .map_err(|e| ApiError::invalid("invalid_window", e.to_string()))
+}
+
+fn price(cents: i64) -> Result<Money, ApiError> {
+    Money::from_cents(cents).map_err(|e| ApiError::invalid("invalid_price", e.to_string()))
+}
+
+fn text(value: String, field: &'static str, max: usize) -> Result<String, ApiError> {
+    let trimmed = value.trim();
+    if trimmed.is_empty() || trimmed.chars().count() > max {
+        return Err(ApiError::invalid(
+            "invalid_text",
+            format!("{field} must have 1 to {max} characters"),
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+fn image_url(value: String) -> Result<String, ApiError> {
+    let ok_scheme = ["/", "https://", "http://"]
+        .iter()
+        .any(|p| value.starts_with(p))
+        && !value.starts_with("//");
+    if !ok_scheme || value.len() > 500 || value.chars().any(char::is_whitespace) {
+        return Err(ApiError::invalid(
+            "invalid_image_url",
+            "image_url must be a path starting with / or an http(s) URL",
+        ));
+    }
+    Ok(value)
+}
+
+fn per_user_limit(value: i64) -> Result<u32, ApiError> {
+    Quantity::parse(value)
+        .map(Quantity::get)
+        .map_err(|_| ApiError::invalid("invalid_limit", "per_user_limit must be 1 to 100"))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewEvent {
+    title: Option<String>,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+}
+
+async fn create_event(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppJson(body): AppJson<NewEvent>,
+) -> Result<(StatusCode, AppJson<EventView>), ApiError> {
+    let window = window(body.starts_at, body.ends_at)?;
+    let title = match body.title {
+        Some(title) => text(title, "title", 100)?,
+        None => crate::clock::local_time_of_day(window.start),
+    };
+    let event = state.sale.create_event(&title, window).await?;
+    Ok((
+        StatusCode::CREATED,
+        AppJson(EventView::new(&event, state.sale.now())),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewProduct {
+    event_id: Option<i64>,
+    name: String,
+    image_url: Option<String>,
+    original_price_cents: i64,
+    sale_price_cents: i64,
+    stock: i64,
+    per_user_limit: Option<i64>,
+    starts_at: Option<DateTime<Utc>>,
+    ends_at: Option<DateTime<Utc>>,
+}
+
+async fn create_product(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppJson(body): AppJson<NewProduct>,
+) -> Result<(StatusCode, AppJson<ProductView>), ApiError> {
+    if !(0..=MAX_STOCK).contains(&body.stock) {
+        return Err(ApiError::invalid(
+            "invalid_stock",
+            format!("stock must be 0 to {MAX_STOCK}"),
+        ));
+    }
+    let window = match (body.starts_at, body.ends_at) {
+        (Some(start), Some(end)) => Some(window(start, end)?),
+        (None, None) => None,
+        _ => {
+            return Err(ApiError::invalid(
+                "invalid_window",
+                "give both starts_at and ends_at, or neither",
+            ));
+        }
+    };
+    let input = NewProductInput {
+        event_id: body.event_id,
+        name: text(body.name, "name", 200)?,
+        image_url: image_url(
+            body.image_url
+                .unwrap_or_else(|| "/static/img/gift.svg".into()),
+        )?,
+        original_price: price(body.original_price_cents)?,
+        sale_price: price(body.sale_price_cents)?,
+        stock: body.stock,
+        per_user_limit: body.per_user_limit.map(per_user_limit).transpose()?,
+        window,
+    };
+    let product = state.sale.create_product(input).await?;
+    let view = ProductView::new(&product, product.stock, state.sale.now());
+    Ok((StatusCode::CREATED, AppJson(view)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProductUpdate {
+    name: Option<String>,
+    image_url: Option<String>,
+    original_price_cents: Option<i64>,
+    sale_price_cents: Option<i64>,
+    per_user_limit: Option<i64>,
+    starts_at: Option<DateTime<Utc>>,
+    ends_at: Option<DateTime<Utc>>,
+}
+
+async fn update_product(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    AppJson(body): AppJson<ProductUpdate>,
+) -> Result<AppJson<ProductView>, ApiError> {
+    let id = ProductId(id);
+    let current = state
+        .sale
+        .product(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+    let window = match (body.starts_at, body.ends_at) {
+        (None, None) => None,
+        (start, end) => Some(window(
+            start.unwrap_or_else(|| datetime(current.window.start)),
+            end.unwrap_or_else(|| datetime(current.window.end)),
+        )?),
+    };
+    let changes = ProductChanges {
+        name: body.name.map(|n| text(n, "name", 200)).transpose()?,
+        image_url: body.image_url.map(image_url).transpose()?,
+        original_price: body.original_price_cents.map(price).transpose()?,
+        sale_price: body.sale_price_cents.map(price).transpose()?,
+        per_user_limit: body.per_user_limit.map(per_user_limit).transpose()?,
+        window,
+    };
+    let product = state.sale.update_product(id, changes).await?;
+    let remaining = state.sale.remaining(&product).await;
+    Ok(AppJson(ProductView::new(
+        &product,
+        remaining,
+        state.sale.now(),
+    )))
+}
+
+fn datetime(ms: Millis) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StockIncrease {
+    quantity: i64,
+}
+
+async fn add_stock(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    AppJson(body): AppJson<StockIncrease>,
+) -> Result<AppJson<ProductView>, ApiError> {
+    if !(1..=MAX_STOCK).contains(&body.quantity) {
+        return Err(ApiError::invalid(
+            "invalid_quantity",
+            format!("quantity must be 1 to {MAX_STOCK}"),
+        ));
+    }
+    let product = state.sale.add_stock(ProductId(id), body.quantity).await?;
+    let remaining = state.sale.remaining(&product).await;
+    Ok(AppJson(ProductView::new(
+        &product,
+        remaining,
+        state.sale.now(),
+    )))
+}

@@ -1,0 +1,82 @@
+//! Browsing: sale events and products, with live stock. Read-only and open to everybody.
+
+use super::{EventView, ProductView};
+use crate::domain::ProductId;
+use crate::error::{ApiError, AppJson, AppPath};
+use crate::http::AppState;
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use serde::Serialize;
+
+/// `/events` and `/products`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/events", get(list_events))
+        .route("/events/{id}", get(show_event))
+        .route("/products/{id}", get(show_product))
+}
+
+async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventView>>, ApiError> {
+    let now = state.sale.now();
+    let events = state.sale.events().await?;
+    Ok(AppJson(
+        events.iter().map(|e| EventView::new(e, now)).collect(),
+    ))
+}
+
+#[derive(Serialize)]
+struct EventWithProducts {
+    #[serde(flatten)]
+    event: EventView,
+    products: Vec<ProductView>,
+}
+
+async fn show_event(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<EventWithProducts>, ApiError> {
+    let event = state
+        .sale
+        .event(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("unknown_event", "no such sale event"))?;
+    let now = state.sale.now();
+    let products = product_views_of_event(&state, id).await?;
+    Ok(AppJson(EventWithProducts {
+        event: EventView::new(&event, now),
+        products,
+    }))
+}
+
+/// Views of the products of one event, with live stock, in sale order.
+pub async fn product_views_of_event(
+    state: &AppState,
+    event_id: i64,
+) -> Result<Vec<ProductView>, ApiError> {
+    let now = state.sale.now();
+    let mut views = Vec::new();
+    for p in state.sale.products().await? {
+        if p.event_id == Some(event_id) {
+            views.push(ProductView::new(&p, state.sale.remaining(&p).await, now));
+        }
+    }
+    Ok(views)
+}
+
+async fn show_product(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<ProductView>, ApiError> {
+    let product = state
+        .sale
+        .product(ProductId(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+    let remaining = state.sale.remaining(&product).await;
+    Ok(AppJson(ProductView::new(
+        &product,
+        remaining,
+        state.sale.now(),
+    )))
+}

@@ -1,0 +1,82 @@
+//! The buy endpoint and the buyer's own orders. `POST /orders` is the hot path: throttles and
+//! the token are checked in memory, the sale service does the rest, and the answer is `202`
+//! once the order is durable.
+
+use super::OrderView;
+use crate::auth::CurrentUser;
+use crate::domain::{OrderId, ProductId, Quantity};
+use crate::error::{ApiError, AppJson, AppPath};
+use crate::http::AppState;
+use axum::Router;
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// `/orders`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/orders", post(place_order).get(my_orders))
+        .route("/orders/{id}", get(my_order))
+        .route("/orders/{id}/pay", post(pay))
+        .route("/orders/{id}/cancel", post(cancel))
+}
+
+#[derive(Deserialize)]
+struct PlaceOrder {
+    product_id: i64,
+    quantity: i64,
+}
+
+async fn place_order(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    user: CurrentUser,
+    AppJson(body): AppJson<PlaceOrder>,
+) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
+    state.limits.check_ip(peer.ip())?;
+    state.limits.check_user(user.id)?;
+    let quantity = Quantity::parse(body.quantity)
+        .map_err(|e| ApiError::invalid("invalid_quantity", e.to_string()))?;
+    let order = state
+        .sale
+        .buy(user.id, ProductId(body.product_id), quantity)
+        .await?;
+    Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(&order))))
+}
+
+async fn my_orders(
+    State(state): State<AppState>,
+    user: CurrentUser,
+) -> Result<AppJson<Vec<OrderView>>, ApiError> {
+    let orders = state.sale.orders_of(user.id).await?;
+    Ok(AppJson(orders.iter().map(OrderView::from).collect()))
+}
+
+async fn my_order(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<OrderView>, ApiError> {
+    let order = state.sale.order_of(user.id, OrderId(id)).await?;
+    Ok(AppJson(OrderView::from(&order)))
+}
+
+async fn pay(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<OrderView>, ApiError> {
+    let order = state.sale.pay(user.id, OrderId(id)).await?;
+    Ok(AppJson(OrderView::from(&order)))
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<OrderView>, ApiError> {
+    let order = state.sale.cancel(user.id, OrderId(id)).await?;
+    Ok(AppJson(OrderView::from(&order)))
+}

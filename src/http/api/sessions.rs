@@ -1,0 +1,119 @@
+//! Accounts and sign-in: `POST /users` registers, `POST /sessions` signs in and hands out a
+//! session token (also set as an HttpOnly cookie for the pages), `DELETE /sessions` signs out.
+
+use crate::auth::{SESSION_COOKIE, password};
+use crate::domain::{Password, Username};
+use crate::error::{ApiError, AppJson};
+use crate::http::AppState;
+use axum::Router;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// `/users` and `/sessions`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/users", post(register))
+        .route("/sessions", post(sign_in).delete(sign_out))
+}
+
+#[derive(Deserialize)]
+struct Credentials {
+    username: String,
+    password: String,
+}
+
+#[derive(Serialize)]
+struct UserView {
+    id: i64,
+    username: String,
+}
+
+async fn register(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    AppJson(body): AppJson<Credentials>,
+) -> Result<(StatusCode, AppJson<UserView>), ApiError> {
+    state.limits.check_ip(peer.ip())?;
+    let username = Username::parse(&body.username)
+        .map_err(|e| ApiError::invalid("invalid_username", e.to_string()))?;
+    let password = Password::parse(&body.password)
+        .map_err(|e| ApiError::invalid("weak_password", e.to_string()))?;
+    let hash = password::hash(password).await?;
+    let id = state
+        .store
+        .create_user(&username, &hash, state.sale.now())
+        .await?
+        .ok_or_else(|| ApiError::conflict("username_taken", "that username is taken"))?;
+    Ok((
+        StatusCode::CREATED,
+        AppJson(UserView {
+            id: id.0,
+            username: username.to_string(),
+        }),
+    ))
+}
+
+#[derive(Serialize)]
+struct SessionView {
+    token: String,
+    expires_at: super::Rfc3339,
+    user: UserView,
+}
+
+async fn sign_in(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    AppJson(body): AppJson<Credentials>,
+) -> Result<(HeaderMap, AppJson<SessionView>), ApiError> {
+    state.limits.check_ip(peer.ip())?;
+    let invalid = || {
+        ApiError::client(
+            StatusCode::UNAUTHORIZED,
+            "invalid_credentials",
+            "wrong username or password",
+        )
+    };
+    let username = Username::parse(&body.username).map_err(|_| invalid())?;
+    let record = state.store.user_by_name(username.as_str()).await?;
+    let stored_hash = record.as_ref().map(|r| r.password_hash.clone());
+    if !password::verify(body.password, stored_hash).await? {
+        return Err(invalid());
+    }
+    let record = record.ok_or_else(invalid)?;
+    let now = state.sale.now();
+    let (token, expires_at) = state.auth.tokens.issue(record.id, &username, now);
+    let max_age = (expires_at - now) / 1000;
+    let headers = session_cookie(&state, &token, max_age)?;
+    Ok((
+        headers,
+        AppJson(SessionView {
+            token,
+            expires_at: super::Rfc3339(expires_at),
+            user: UserView {
+                id: record.id.0,
+                username: record.username,
+            },
+        }),
+    ))
+}
+
+async fn sign_out(State(state): State<AppState>) -> Result<(StatusCode, HeaderMap), ApiError> {
+    Ok((StatusCode::NO_CONTENT, session_cookie(&state, "", 0)?))
+}
+
+/// The `Set-Cookie` header that stores (or, with `max_age` 0, deletes) the session token.
+pub fn session_cookie(state: &AppState, token: &str, max_age: i64) -> Result<HeaderMap, ApiError> {
+    let secure = if state.secure_cookies { "; Secure" } else { "" };
+    let cookie = format!(
+        "{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}"
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).map_err(anyhow::Error::from)?,
+    );
+    Ok(headers)
+}

@@ -1,0 +1,70 @@
+//! Static files (CSS, script, images) compiled into the binary, so nothing is fetched from a
+//! CDN and a single file is the whole deployment. Responses carry an ETag and are cacheable.
+
+use axum::body::Body;
+use axum::extract::Path;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rust_embed::RustEmbed;
+use sha2::{Digest, Sha256};
+
+#[derive(RustEmbed)]
+#[folder = "static/"]
+struct Static;
+
+/// `GET /static/{*path}`.
+pub async fn serve(Path(path): Path<String>, request: HeaderMap) -> Response {
+    let Some(file) = Static::get(&path) else {
+        return crate::error::ApiError::not_found("not_found", "no such file").into_response();
+    };
+    let mime = match path.rsplit('.').next() {
+        Some("css") => "text/css; charset=utf-8",
+        Some("js") => "text/javascript; charset=utf-8",
+        Some("svg") => "image/svg+xml",
+        Some("png") => "image/png",
+        Some("ico") => "image/x-icon",
+        _ => "application/octet-stream",
+    };
+    cached(
+        &request,
+        file.data.into_owned(),
+        mime,
+        "public, max-age=3600",
+    )
+}
+
+/// A response with a content ETag; `304 Not Modified` when the client already has it.
+pub fn cached(
+    request: &HeaderMap,
+    body: Vec<u8>,
+    content_type: &'static str,
+    cache_control: &'static str,
+) -> Response {
+    let digest = Sha256::digest(&body);
+    let etag = format!("\"{}\"", hex(&digest[..12]));
+    let fresh = request
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        let mut r = Response::new(Body::from(body));
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
+    if let Ok(etag) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, etag);
+    }
+    response
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,39 @@
+//! The HTTP face of seckill: the JSON API under `/api/v1`, the pages, static assets and
+//! `/healthz`. This layer sees only the sale service and the store trait; it never knows which
+//! backend runs.
+
+pub mod api;
+pub mod assets;
+pub mod pages;
+pub mod rate_limit;
+mod router;
+
+pub use router::router;
+
+use crate::auth::extract::AuthKeys;
+use crate::sale::SaleService;
+use crate::store::Store;
+use axum::extract::FromRef;
+use rate_limit::RateLimits;
+use std::sync::Arc;
+
+/// Everything a request handler may use; cloned per request, so every field is an `Arc`.
+#[derive(Clone)]
+pub struct AppState {
+    /// Buying, paying, cancelling, and the operator's changes.
+    pub sale: Arc<SaleService>,
+    /// Accounts (sign-up and sign-in only; the buy path never touches it).
+    pub store: Arc<dyn Store>,
+    /// Token signer, admin token and clock for the auth extractors.
+    pub auth: Arc<AuthKeys>,
+    /// Per-user and per-address throttles.
+    pub limits: Arc<RateLimits>,
+    /// Whether the session cookie is marked `Secure`.
+    pub secure_cookies: bool,
+}
+
+impl FromRef<AppState> for Arc<AuthKeys> {
+    fn from_ref(state: &AppState) -> Self {
+        state.auth.clone()
+    }
+}

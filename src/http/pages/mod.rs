@@ -1,0 +1,172 @@
+//! Server-rendered pages: the sale, sign-in and the buyer's orders. They render from the same
+//! sale service as the API; the page script then talks to the API for buying and paying.
+//! Every page carries an ETag, so a refresh that changes nothing costs a 304.
+
+pub mod views;
+
+use super::api::catalog::product_views_of_event;
+use super::api::sessions::session_cookie;
+use super::assets::cached;
+use crate::auth::CurrentUser;
+use crate::domain::SaleStatus;
+use crate::error::ApiError;
+use crate::http::AppState;
+use askama::Template;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use views::{EventTab, LoginPage, OrderRow, OrdersPage, ProductCard, SalePage};
+
+/// `/`, `/login`, `/orders`, `/logout`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(sale_page))
+        .route("/login", get(login_page))
+        .route("/orders", get(orders_page))
+        .route("/logout", post(logout))
+}
+
+fn render(request: &HeaderMap, page: &impl Template) -> Result<Response, ApiError> {
+    let html = page.render().map_err(anyhow::Error::from)?;
+    Ok(cached(
+        request,
+        html.into_bytes(),
+        "text/html; charset=utf-8",
+        "private, no-cache",
+    ))
+}
+
+#[derive(Deserialize)]
+struct SaleQuery {
+    event: Option<String>,
+}
+
+async fn sale_page(
+    State(state): State<AppState>,
+    user: Option<CurrentUser>,
+    Query(query): Query<SaleQuery>,
+    request: HeaderMap,
+) -> Result<Response, ApiError> {
+    let now = state.sale.now();
+    let events = state.sale.events().await?;
+    let asked = query.event.and_then(|e| e.parse::<i64>().ok());
+    // The asked-for event, else the live one, else the next to start, else the last.
+    let selected = asked
+        .filter(|id| events.iter().any(|e| e.id == *id))
+        .or_else(|| {
+            let by_status = |s| events.iter().find(|e| e.window.status(now) == s);
+            by_status(SaleStatus::Live)
+                .or_else(|| by_status(SaleStatus::Upcoming))
+                .or(events.last())
+                .map(|e| e.id)
+        });
+    let tabs = events
+        .iter()
+        .map(|e| EventTab {
+            id: e.id,
+            title: e.title.clone(),
+            status: e.window.status(now).as_str(),
+            starts_at_ms: e.window.start,
+            ends_at_ms: e.window.end,
+            selected: Some(e.id) == selected,
+        })
+        .collect();
+    let products = match selected {
+        Some(id) => product_views_of_event(&state, id).await?,
+        None => Vec::new(),
+    };
+    let cards = products
+        .into_iter()
+        .map(|p| ProductCard {
+            id: p.id,
+            name: p.name,
+            image_url: p.image_url,
+            original_price: crate::domain::Money::from_cents(p.original_price_cents)
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+            sale_price: crate::domain::Money::from_cents(p.sale_price_cents)
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+            stock_total: p.stock_total,
+            remaining: p.remaining,
+            sold_percent: p.sold_percent,
+            status: p.status,
+            starts_at_ms: p.starts_at.0,
+            ends_at_ms: p.ends_at.0,
+        })
+        .collect();
+    render(
+        &request,
+        &SalePage {
+            username: user.map(|u| u.username),
+            events: tabs,
+            event_id: selected,
+            products: cards,
+            now_ms: now,
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    next: Option<String>,
+}
+
+/// Only a local path may follow sign-in: no open redirect to another site.
+fn local_path(next: Option<String>) -> String {
+    match next {
+        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.starts_with("/\\") => p,
+        _ => "/".into(),
+    }
+}
+
+async fn login_page(
+    Query(query): Query<LoginQuery>,
+    request: HeaderMap,
+) -> Result<Response, ApiError> {
+    render(
+        &request,
+        &LoginPage {
+            next: local_path(query.next),
+        },
+    )
+}
+
+async fn orders_page(
+    State(state): State<AppState>,
+    user: Option<CurrentUser>,
+    request: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Some(user) = user else {
+        return Ok(Redirect::to("/login?next=%2Forders").into_response());
+    };
+    let orders = state.sale.orders_of(user.id).await?;
+    let rows = orders
+        .iter()
+        .map(|o| OrderRow {
+            id: o.id.to_string(),
+            product_name: o.product_name.clone(),
+            quantity: i64::from(o.quantity.get()),
+            total: o.total.to_string(),
+            status: o.status.as_str(),
+            created_at_ms: o.created_at,
+            pay_before_ms: o.pay_before,
+        })
+        .collect();
+    render(
+        &request,
+        &OrdersPage {
+            username: user.username,
+            orders: rows,
+            now_ms: state.sale.now(),
+        },
+    )
+}
+
+async fn logout(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let cookie = session_cookie(&state, "", 0)?;
+    Ok((StatusCode::SEE_OTHER, cookie, [(header::LOCATION, "/")]).into_response())
+}

@@ -1,0 +1,65 @@
+//! Every route in one place.
+
+use super::{AppState, api, assets, pages};
+use crate::error::{ApiError, AppJson};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+use std::any::Any;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
+
+/// The whole HTTP application.
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    let api = Router::new()
+        .merge(api::sessions::router())
+        .merge(api::catalog::router())
+        .merge(api::orders::router())
+        .merge(api::admin::router())
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method);
+    Router::new()
+        .nest("/api/v1", api)
+        .merge(pages::router())
+        .route("/static/{*path}", get(assets::serve))
+        .route("/healthz", get(healthz))
+        .fallback(no_route)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'self'; img-src 'self' data: https:; frame-ancestors 'none'",
+            ),
+        ))
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::custom(panic_to_500))
+}
+
+async fn healthz() -> AppJson<serde_json::Value> {
+    AppJson(json!({ "status": "ok" }))
+}
+
+async fn no_route() -> ApiError {
+    ApiError::not_found("not_found", "no such route")
+}
+
+async fn wrong_method() -> ApiError {
+    ApiError::client(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method",
+    )
+}
+
+fn panic_to_500(_: Box<dyn Any + Send + 'static>) -> Response {
+    ApiError::Internal(anyhow::anyhow!("a request handler panicked")).into_response()
+}

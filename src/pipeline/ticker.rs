@@ -1,0 +1,29 @@
+//! The once-a-second housekeeping of a server: preheat products whose sale is near, and cancel
+//! orders whose payment window closed (returning their stock). The database query is the
+//! deadline mechanism in embedded mode, so a crash loses no deadline: the next tick after a
+//! restart finds every overdue order.
+
+use crate::sale::SaleService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// Starts the housekeeping loop; abort the handle to stop it (each step is its own
+/// transaction, so stopping between or inside steps loses nothing).
+pub fn spawn(sale: Arc<SaleService>, period: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if let Err(e) = sale.preheat_due().await {
+                tracing::error!(error = ?e, "preheat failed");
+            }
+            match sale.expire_overdue().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(cancelled = n, "cancelled overdue orders"),
+                Err(e) => tracing::error!(error = ?e, "cancelling overdue orders failed"),
+            }
+        }
+    })
+}

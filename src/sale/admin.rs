@@ -1,0 +1,163 @@
+//! The operator's changes: sale events, products, stock. Each change reaches the database first
+//! and then this process's catalog and gate, so the gate never knows more than the database.
+
+use super::SaleService;
+use crate::domain::{Money, Product, ProductId, SaleEvent, SaleWindow};
+use crate::gate::GateError;
+use crate::store::{NewProduct, ProductPatch, StoreError};
+
+/// Why an operator's change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{message}")]
+    Invalid {
+        code: &'static str,
+        message: &'static str,
+    },
+    #[error("no such product")]
+    UnknownProduct,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Gate(#[from] anyhow::Error),
+}
+
+/// A product to put on sale. Without an explicit window it sells during its event's.
+#[derive(Debug, Clone)]
+pub struct NewProductInput {
+    pub event_id: Option<i64>,
+    pub name: String,
+    pub image_url: String,
+    pub original_price: Money,
+    pub sale_price: Money,
+    pub stock: i64,
+    pub per_user_limit: Option<u32>,
+    pub window: Option<SaleWindow>,
+}
+
+/// Changes to a product; `None` keeps the current value.
+pub type ProductChanges = ProductPatch;
+
+fn invalid(code: &'static str, message: &'static str) -> AdminError {
+    AdminError::Invalid { code, message }
+}
+
+impl SaleService {
+    /// Creates a sale event.
+    pub async fn create_event(
+        &self,
+        title: &str,
+        window: SaleWindow,
+    ) -> Result<SaleEvent, AdminError> {
+        Ok(self.store.create_event(title, window, self.now()).await?)
+    }
+
+    /// Creates a product and, if its sale is due, preheats it at once.
+    pub async fn create_product(&self, input: NewProductInput) -> Result<Product, AdminError> {
+        let event = match input.event_id {
+            Some(id) => Some(
+                self.store
+                    .event(id)
+                    .await?
+                    .ok_or_else(|| invalid("unknown_event", "event_id names no sale event"))?,
+            ),
+            None => None,
+        };
+        let window = input.window.or(event.map(|e| e.window)).ok_or_else(|| {
+            invalid(
+                "missing_window",
+                "give an event_id or starts_at and ends_at",
+            )
+        })?;
+        if input.sale_price > input.original_price {
+            return Err(invalid(
+                "invalid_price",
+                "the sale price cannot exceed the original price",
+            ));
+        }
+        let product = self
+            .store
+            .create_product(
+                &NewProduct {
+                    event_id: input.event_id,
+                    name: input.name,
+                    image_url: input.image_url,
+                    original_price: input.original_price,
+                    sale_price: input.sale_price,
+                    stock: input.stock,
+                    per_user_limit: input
+                        .per_user_limit
+                        .unwrap_or(self.settings.default_per_user_limit),
+                    window,
+                },
+                self.now(),
+            )
+            .await?;
+        self.catalog.put(&product);
+        self.preheat_due().await?;
+        Ok(product)
+    }
+
+    /// Changes a product's description, prices, limit or window. A live product's stock and
+    /// buyers are left alone; the gate just learns the new window and limit.
+    pub async fn update_product(
+        &self,
+        id: ProductId,
+        changes: ProductChanges,
+    ) -> Result<Product, AdminError> {
+        let product = self
+            .store
+            .update_product(id, &changes, self.now())
+            .await?
+            .ok_or(AdminError::UnknownProduct)?;
+        if product.sale_price > product.original_price {
+            tracing::warn!(product = id.0, "sale price now exceeds the original price");
+        }
+        self.catalog.put(&product);
+        match self
+            .gate
+            .configure(id, product.window, product.per_user_limit)
+            .await
+        {
+            Ok(()) | Err(GateError::Rejected(_)) => {}
+            Err(GateError::Unavailable(e)) => return Err(e.into()),
+        }
+        self.preheat_due().await?;
+        Ok(product)
+    }
+
+    /// Puts `units` more on sale, also while the sale is live.
+    pub async fn add_stock(&self, id: ProductId, units: i64) -> Result<Product, AdminError> {
+        let product = self
+            .store
+            .add_stock(id, units, self.now())
+            .await?
+            .ok_or(AdminError::UnknownProduct)?;
+        match self.gate.add_stock(id, units).await {
+            Ok(()) | Err(GateError::Rejected(_)) => {}
+            Err(GateError::Unavailable(e)) => return Err(e.into()),
+        }
+        self.catalog.restock(id);
+        Ok(product)
+    }
+
+    /// All sale events.
+    pub async fn events(&self) -> Result<Vec<SaleEvent>, StoreError> {
+        self.store.events().await
+    }
+
+    /// One sale event.
+    pub async fn event(&self, id: i64) -> Result<Option<SaleEvent>, StoreError> {
+        self.store.event(id).await
+    }
+
+    /// All products.
+    pub async fn products(&self) -> Result<Vec<Product>, StoreError> {
+        self.store.products().await
+    }
+
+    /// One product.
+    pub async fn product(&self, id: ProductId) -> Result<Option<Product>, StoreError> {
+        self.store.product(id).await
+    }
+}

@@ -1,0 +1,118 @@
+//! The buy path. Every request that cannot buy is turned away as early and cheaply as possible:
+//! unknown product → local sold-out flag → the gate's atomic step → group commit. Rate limits
+//! and the session check happen before this, in the HTTP layer.
+
+use super::SaleService;
+use crate::domain::{Order, OrderId, OrderStatus, ProductId, Quantity, UserId};
+use crate::gate::{GateError, Rejection};
+use crate::store::Persisted;
+use std::sync::atomic::Ordering;
+
+/// Why a buy did not produce an order.
+#[derive(Debug, thiserror::Error)]
+pub enum BuyError {
+    #[error("no such product")]
+    UnknownProduct,
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    #[error("the order could not be made durable: {0}")]
+    Unavailable(#[source] anyhow::Error),
+}
+
+impl SaleService {
+    /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is committed
+    /// to the database, so an answered buy survives a crash.
+    pub async fn buy(
+        &self,
+        user: UserId,
+        product_id: ProductId,
+        quantity: Quantity,
+    ) -> Result<Order, BuyError> {
+        let entry = self
+            .catalog
+            .get(product_id)
+            .ok_or(BuyError::UnknownProduct)?;
+        if entry.sold_out.load(Ordering::SeqCst) {
+            return Err(Rejection::SoldOut { remaining: 0 }.into());
+        }
+        let now = self.now();
+        let order = Order {
+            id: OrderId(self.ids.next_id()),
+            user_id: user,
+            product_id,
+            product_name: entry.name.to_string(),
+            unit_price: entry.sale_price,
+            quantity,
+            total: entry.sale_price.times(quantity.get()),
+            status: OrderStatus::AwaitingPayment,
+            created_at: now,
+            pay_before: now + self.settings.payment_window_ms,
+            paid_at: None,
+            cancelled_at: None,
+        };
+        match self.gate.reserve(&order, now).await {
+            Ok(_) => {}
+            Err(GateError::Rejected(Rejection::NotLoaded)) => {
+                let too_late = now >= entry.window.end;
+                return Err(if too_late {
+                    Rejection::Ended
+                } else {
+                    Rejection::NotStarted
+                }
+                .into());
+            }
+            Err(GateError::Rejected(rejection)) => {
+                if rejection == (Rejection::SoldOut { remaining: 0 }) {
+                    self.flag_sold_out(product_id).await;
+                }
+                return Err(rejection.into());
+            }
+            Err(GateError::Unavailable(e)) => return Err(BuyError::Unavailable(e)),
+        }
+        match self.orders.commit(order.clone()).await {
+            Ok(Persisted::Inserted | Persisted::Duplicate) => Ok(order),
+            Ok(Persisted::OutOfStock) => {
+                tracing::error!(
+                    product = product_id.0,
+                    "gate sold what the database does not have"
+                );
+                self.give_back(&order).await;
+                Err(Rejection::SoldOut { remaining: 0 }.into())
+            }
+            Err(e) => {
+                self.give_back(&order).await;
+                Err(BuyError::Unavailable(e.into()))
+            }
+        }
+    }
+
+    /// Sets the local sold-out flag, then looks at the gate once more: a cancel that returned
+    /// stock between the gate's answer and the flag clears it here, so a product is never
+    /// left flagged while it has stock.
+    async fn flag_sold_out(&self, product_id: ProductId) {
+        let Some(entry) = self.catalog.get(product_id) else {
+            return;
+        };
+        entry.sold_out.store(true, Ordering::SeqCst);
+        if let Ok(Some(units)) = self.gate.remaining(product_id).await
+            && units > 0
+        {
+            entry.sold_out.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Returns an order's units to the gate and lifts the sold-out flag.
+    pub(super) async fn give_back(&self, order: &Order) {
+        let released = self
+            .gate
+            .release(order.product_id, order.user_id, order.quantity.get())
+            .await;
+        match released {
+            Ok(()) | Err(GateError::Rejected(Rejection::NotLoaded)) => {}
+            Err(e) => {
+                tracing::error!(order = order.id.0, error = %e, "returning stock to the gate")
+            }
+        }
+        self.catalog.restock(order.product_id);
+    }
+}

@@ -1,0 +1,81 @@
+//! What this process knows about products without asking anyone: which ids exist (so unknown
+//! ids are turned away before the gate, against cache penetration), the name and price an
+//! order copies, whether the product is in the gate, and the local sold-out flag.
+
+use super::SaleService;
+use crate::domain::{Millis, Money, Product, ProductId, SaleWindow};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// One known product.
+pub(super) struct Entry {
+    pub name: Arc<str>,
+    pub sale_price: Money,
+    pub window: SaleWindow,
+    /// In the gate (preheated).
+    pub loaded: AtomicBool,
+    /// The gate said "sold out": answer locally until stock comes back.
+    pub sold_out: AtomicBool,
+}
+
+/// Known products by id. Written only when the operator changes a product.
+#[derive(Default)]
+pub(super) struct Catalog(RwLock<HashMap<ProductId, Arc<Entry>>>);
+
+impl Catalog {
+    pub fn get(&self, id: ProductId) -> Option<Arc<Entry>> {
+        self.0
+            .read()
+            .expect("catalog lock poisoned")
+            .get(&id)
+            .cloned()
+    }
+
+    /// Adds or refreshes a product, keeping its gate and sold-out flags.
+    pub fn put(&self, product: &Product) {
+        let mut map = self.0.write().expect("catalog lock poisoned");
+        let (loaded, sold_out) = map.get(&product.id).map_or((false, false), |e| {
+            (
+                e.loaded.load(Ordering::SeqCst),
+                e.sold_out.load(Ordering::SeqCst),
+            )
+        });
+        map.insert(
+            product.id,
+            Arc::new(Entry {
+                name: product.name.as_str().into(),
+                sale_price: product.sale_price,
+                window: product.window,
+                loaded: AtomicBool::new(loaded),
+                sold_out: AtomicBool::new(sold_out),
+            }),
+        );
+    }
+
+    pub fn mark_loaded(&self, id: ProductId, sold_out: bool) {
+        if let Some(entry) = self.get(id) {
+            entry.sold_out.store(sold_out, Ordering::SeqCst);
+            entry.loaded.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Clears the sold-out flag: stock came back.
+    pub fn restock(&self, id: ProductId) {
+        if let Some(entry) = self.get(id) {
+            entry.sold_out.store(false, Ordering::SeqCst);
+        }
+    }
+
+    pub fn due_for_preheat(&self, now: Millis, preheat_ms: i64) -> Vec<ProductId> {
+        self.0
+            .read()
+            .expect("catalog lock poisoned")
+            .iter()
+            .filter(|(_, e)| {
+                !e.loaded.load(Ordering::SeqCst) && SaleService::is_due(&e.window, now, preheat_ms)
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}

@@ -1,0 +1,136 @@
+//! Durable state: users, sale events, products and orders. [`Store`] is the one interface the
+//! rest of the system sees; each database gets its own implementation with its own SQL.
+//!
+//! Every change that can race is a single conditional statement (`… WHERE status =
+//! 'awaiting_payment'`, `… AND stock >= ?`) whose affected-row count decides who won, never a
+//! read followed by a write.
+
+pub mod sqlite;
+
+use crate::domain::{
+    Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+};
+use async_trait::async_trait;
+
+/// A database failure. Always the server's problem, never the client's.
+#[derive(Debug, thiserror::Error)]
+#[error("database: {0}")]
+pub struct StoreError(#[from] pub sqlx::Error);
+
+/// Shorthand for store results.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A stored account, as needed to check a sign-in.
+#[derive(Debug, Clone)]
+pub struct UserRecord {
+    pub id: UserId,
+    pub username: String,
+    pub password_hash: String,
+}
+
+/// A product to create.
+#[derive(Debug, Clone)]
+pub struct NewProduct {
+    pub event_id: Option<i64>,
+    pub name: String,
+    pub image_url: String,
+    pub original_price: Money,
+    pub sale_price: Money,
+    pub stock: i64,
+    pub per_user_limit: u32,
+    pub window: SaleWindow,
+}
+
+/// Changes to a product; `None` keeps the current value. Stock changes go through
+/// [`Store::add_stock`] so they can never race with sales.
+#[derive(Debug, Clone, Default)]
+pub struct ProductPatch {
+    pub name: Option<String>,
+    pub image_url: Option<String>,
+    pub original_price: Option<Money>,
+    pub sale_price: Option<Money>,
+    pub per_user_limit: Option<u32>,
+    pub window: Option<SaleWindow>,
+}
+
+/// What happened to one order of a committed batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persisted {
+    /// Written now, and the product's stock decremented.
+    Inserted,
+    /// Already written earlier (a redelivery): nothing changed.
+    Duplicate,
+    /// The database has no stock left for it: not written. Means the gate and the database
+    /// disagree, which the gate's rebuild-from-database rule prevents.
+    OutOfStock,
+}
+
+/// Durable storage for every backend.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A generated value kept across restarts: stores `proposed` under `key` unless a value is
+    /// already there, and returns the value that is.
+    async fn setting_or_insert(&self, key: &str, proposed: &str) -> StoreResult<String>;
+
+    /// Creates an account; `None` when the username is taken.
+    async fn create_user(
+        &self,
+        username: &Username,
+        password_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<UserId>>;
+    /// The account with this name.
+    async fn user_by_name(&self, username: &str) -> StoreResult<Option<UserRecord>>;
+
+    /// Creates a sale event.
+    async fn create_event(
+        &self,
+        title: &str,
+        window: SaleWindow,
+        now: Millis,
+    ) -> StoreResult<SaleEvent>;
+    /// All sale events, by start time.
+    async fn events(&self) -> StoreResult<Vec<SaleEvent>>;
+    /// One sale event.
+    async fn event(&self, id: i64) -> StoreResult<Option<SaleEvent>>;
+
+    /// Creates a product.
+    async fn create_product(&self, product: &NewProduct, now: Millis) -> StoreResult<Product>;
+    /// Applies a patch; `None` when there is no such product.
+    async fn update_product(
+        &self,
+        id: ProductId,
+        patch: &ProductPatch,
+        now: Millis,
+    ) -> StoreResult<Option<Product>>;
+    /// Puts `quantity` more units on sale; `None` when there is no such product.
+    async fn add_stock(
+        &self,
+        id: ProductId,
+        quantity: i64,
+        now: Millis,
+    ) -> StoreResult<Option<Product>>;
+    /// One product.
+    async fn product(&self, id: ProductId) -> StoreResult<Option<Product>>;
+    /// All products, by sale start then id.
+    async fn products(&self) -> StoreResult<Vec<Product>>;
+    /// Units each buyer holds in orders that are not cancelled, to rebuild the gate's
+    /// per-user counts.
+    async fn holdings(&self, product: ProductId) -> StoreResult<Vec<(UserId, u32)>>;
+
+    /// Writes a batch of new orders in one transaction: each is inserted idempotently and takes
+    /// its quantity from the product's stock with a guarded decrement.
+    async fn insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>>;
+    /// One order.
+    async fn order(&self, id: OrderId) -> StoreResult<Option<Order>>;
+    /// A user's orders, newest first.
+    async fn orders_of_user(&self, user: UserId) -> StoreResult<Vec<Order>>;
+    /// awaiting_payment → paid, if the order awaits payment and its window is open at `now`.
+    /// True when this call paid it.
+    async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool>;
+    /// awaiting_payment → cancelled, returning the stock to the product in the same
+    /// transaction. The order when this call cancelled it, `None` otherwise.
+    async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>>;
+    /// Orders awaiting payment whose window closed before `now`, oldest deadline first.
+    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>>;
+}
