@@ -1,0 +1,265 @@
+//! `TestApp`: a real server on port 0 over its own database file, plus the shortcuts tests
+//! need (many users at once, a live product, a buy).
+
+use reqwest::StatusCode;
+use seckill::app::App;
+use seckill::clock::{Clock, ManualClock, SharedClock, SystemClock};
+use seckill::config::{Config, Secret};
+use seckill::domain::{UserId, Username};
+use seckill::http::AppState;
+use serde_json::{Value, json};
+use sqlx::SqlitePool;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// A running server and what a test needs to drive and inspect it.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub state: AppState,
+    pub db_path: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+    _dir: Option<TempDir>,
+}
+
+/// The configuration every test starts from: its own database, known secrets, and an IP
+/// limit high enough for thousands of buyers on one loopback address.
+pub fn test_config(db_path: &std::path::Path) -> Config {
+    let mut config = Config {
+        database_url: format!("sqlite://{}", db_path.display()),
+        secret: Some(Secret::new("test-secret-0123456789abcdef0123456789".into())),
+        admin_token: Some(Secret::new(ADMIN_TOKEN.into())),
+        ..Config::default()
+    };
+    config.rate_limit.per_ip_per_sec = 1_000_000;
+    config.rate_limit.per_ip_burst = 1_000_000;
+    config
+}
+
+impl TestApp {
+    /// A server on the real clock with the test configuration.
+    pub async fn spawn() -> Self {
+        Self::spawn_with(Arc::new(SystemClock), |_| {}).await
+    }
+
+    /// A server on `clock`, with `tweak` applied to the test configuration.
+    pub async fn spawn_with(clock: SharedClock, tweak: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db_path = dir.path().join("seckill.db");
+        let mut app = Self::spawn_on(&db_path, clock, tweak).await;
+        app._dir = Some(dir);
+        app
+    }
+
+    /// A server over an existing database file (to test restarts).
+    pub async fn spawn_on(
+        db_path: &std::path::Path,
+        clock: SharedClock,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Self {
+        let mut config = test_config(db_path);
+        tweak(&mut config);
+        let app = App::build(&config, clock).await.expect("app builds");
+        let state = app.state().clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            app.serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(4096)
+            .build()
+            .unwrap();
+        Self {
+            base,
+            client,
+            state,
+            db_path: db_path.to_owned(),
+            stop: Some(stop),
+            server: Some(server),
+            _dir: None,
+        }
+    }
+
+    /// Stops the server gracefully and waits until it has.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.unwrap();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A manual clock that starts at the real current time.
+    pub fn manual_clock() -> Arc<ManualClock> {
+        Arc::new(ManualClock::new(SystemClock.now_ms()))
+    }
+
+    /// Creates `n` users in one transaction (one shared password hash: argon2 for thousands
+    /// would dominate the test) and returns a session token for each.
+    pub async fn users(&self, n: usize) -> Vec<String> {
+        let hash = "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        let now = self.state.sale.now();
+        let db = self.db().await;
+        let mut tx = db.begin().await.unwrap();
+        let mut tokens = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = format!("user{}", NEXT_USER.fetch_add(1, Ordering::SeqCst));
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO users (username, password_hash, created_at) VALUES (?, ?, ?) RETURNING id",
+            )
+            .bind(&name)
+            .bind(hash)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+            let username = Username::parse(&name).unwrap();
+            tokens.push(self.state.auth.tokens.issue(UserId(id), &username, now).0);
+        }
+        tx.commit().await.unwrap();
+        db.close().await;
+        tokens
+    }
+
+    /// POSTs JSON to an admin route with the admin token.
+    pub async fn admin_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        status_and_json(response).await
+    }
+
+    /// A product on sale now (started a minute ago, ends in an hour).
+    pub async fn live_product(&self, stock: i64, per_user_limit: i64) -> i64 {
+        let now = self.state.sale.now();
+        let (status, body) = self
+            .admin_post(
+                "/api/v1/admin/products",
+                json!({
+                    "name": "Test phone",
+                    "original_price_cents": 10_000,
+                    "sale_price_cents": 4_999,
+                    "stock": stock,
+                    "per_user_limit": per_user_limit,
+                    "starts_at": rfc3339(now - 60_000),
+                    "ends_at": rfc3339(now + 3_600_000),
+                }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_i64().unwrap()
+    }
+
+    /// One buy attempt.
+    pub async fn buy(&self, token: &str, product: i64, quantity: i64) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(self.url("/api/v1/orders"))
+            .bearer_auth(token)
+            .json(&json!({ "product_id": product, "quantity": quantity }))
+            .send()
+            .await
+            .unwrap();
+        status_and_json(response).await
+    }
+
+    /// POST to an order action (`pay` or `cancel`).
+    pub async fn order_action(
+        &self,
+        token: &str,
+        order_id: &str,
+        action: &str,
+    ) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(self.url(&format!("/api/v1/orders/{order_id}/{action}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        status_and_json(response).await
+    }
+
+    /// The product as the public API shows it.
+    pub async fn product(&self, id: i64) -> Value {
+        let response = self
+            .client
+            .get(self.url(&format!("/api/v1/products/{id}")))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = status_and_json(response).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    /// A separate connection to the test database, to check what is really stored.
+    pub async fn db(&self) -> SqlitePool {
+        SqlitePool::connect(&format!("sqlite://{}", self.db_path.display()))
+            .await
+            .unwrap()
+    }
+
+    /// (orders, units not cancelled, database stock) of a product, read straight from SQLite.
+    pub async fn stored(&self, product: i64) -> (i64, i64, i64) {
+        let db = self.db().await;
+        let (orders, units): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), SUM(quantity) FROM orders WHERE product_id = ? AND status <> 'cancelled'",
+        )
+        .bind(product)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        let stock: i64 = sqlx::query_scalar("SELECT stock FROM products WHERE id = ?")
+            .bind(product)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        db.close().await;
+        (orders, units.unwrap_or(0), stock)
+    }
+}
+
+static NEXT_USER: AtomicU64 = AtomicU64::new(1);
+
+/// The status and JSON body of a response (`Value::Null` when the body is not JSON).
+pub async fn status_and_json(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let body = response.json::<Value>().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// RFC 3339 for a Unix-millisecond time.
+pub fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339()
+}
+
+/// The error code of an error body.
+pub fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no error code>")
+}

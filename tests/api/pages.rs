@@ -1,0 +1,114 @@
+//! The pages render, are cacheable, and every asset comes from the binary.
+
+use crate::helpers::{TestApp, test_config};
+use reqwest::StatusCode;
+use seckill::clock::{Clock, SystemClock};
+use std::sync::Arc;
+
+#[tokio::test]
+async fn the_sale_page_shows_the_live_products_and_answers_304_when_unchanged() {
+    let app = TestApp::spawn().await;
+    app.live_product(5, 1).await;
+    let response = app
+        .client
+        .get(app.url("/static/app.css"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("max-age")
+    );
+    let etag = response.headers()["etag"].clone();
+    let again = app
+        .client
+        .get(app.url("/static/app.css"))
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+
+    let page = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.headers().contains_key("etag"));
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("/static/app.js"),
+        "the page loads its script from the binary"
+    );
+    for asset in [
+        "/static/app.js",
+        "/static/img/phone.svg",
+        "/static/img/gift.svg",
+    ] {
+        let response = app.client.get(app.url(asset)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{asset}");
+    }
+    let missing = app
+        .client
+        .get(app.url("/static/nope.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("seckill.db");
+    let store = seckill::app::open_store(&test_config(&db)).await.unwrap();
+    seckill::demo::seed(&store, SystemClock.now_ms())
+        .await
+        .unwrap();
+    let app = TestApp::spawn_on(&db, Arc::new(SystemClock), |_| {}).await;
+    let html = app
+        .client
+        .get(app.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("Phone X 128G"), "the live event is selected");
+    assert!(html.contains("data-product-id"));
+
+    let redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(app.url("/orders"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirect.status(), StatusCode::SEE_OTHER);
+    assert_eq!(redirect.headers()["location"], "/login?next=%2Forders");
+
+    let token = app.users(1).await.remove(0);
+    let orders = app
+        .client
+        .get(app.url("/orders"))
+        .header("cookie", format!("seckill_session={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(orders.status(), StatusCode::OK);
+    let login = app
+        .client
+        .get(app.url("/login?next=//evil.example"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !login.contains("evil.example"),
+        "no open redirect after sign-in"
+    );
+}
