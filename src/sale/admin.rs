@@ -42,6 +42,17 @@ fn invalid(code: &'static str, message: &'static str) -> AdminError {
     AdminError::Invalid { code, message }
 }
 
+/// A flash sale is a discount: the sale price may not exceed the original.
+fn check_prices(original: Money, sale: Money) -> Result<(), AdminError> {
+    if sale > original {
+        return Err(invalid(
+            "invalid_price",
+            "the sale price cannot exceed the original price",
+        ));
+    }
+    Ok(())
+}
+
 impl SaleService {
     /// Creates a sale event.
     pub async fn create_event(
@@ -69,12 +80,7 @@ impl SaleService {
                 "give an event_id or starts_at and ends_at",
             )
         })?;
-        if input.sale_price > input.original_price {
-            return Err(invalid(
-                "invalid_price",
-                "the sale price cannot exceed the original price",
-            ));
-        }
+        check_prices(input.original_price, input.sale_price)?;
         let product = self
             .store
             .create_product(
@@ -105,14 +111,20 @@ impl SaleService {
         id: ProductId,
         changes: ProductChanges,
     ) -> Result<Product, AdminError> {
+        let current = self
+            .store
+            .product(id)
+            .await?
+            .ok_or(AdminError::UnknownProduct)?;
+        check_prices(
+            changes.original_price.unwrap_or(current.original_price),
+            changes.sale_price.unwrap_or(current.sale_price),
+        )?;
         let product = self
             .store
             .update_product(id, &changes, self.now())
             .await?
             .ok_or(AdminError::UnknownProduct)?;
-        if product.sale_price > product.original_price {
-            tracing::warn!(product = id.0, "sale price now exceeds the original price");
-        }
         self.catalog.put(&product);
         match self
             .gate

@@ -145,3 +145,23 @@ async fn a_patched_limit_and_window_apply_to_a_live_sale() {
     let (status, body) = app.buy(&app.users(1).await[0], product, 1).await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "ended"));
 }
+
+#[tokio::test]
+async fn a_patch_that_would_price_the_sale_above_the_original_is_refused() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(10, 1).await;
+    let response = app
+        .client
+        .patch(app.url(&format!("/api/v1/admin/products/{product}")))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .json(&json!({ "original_price_cents": 100 }))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = status_and_json(response).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_price")
+    );
+    assert_eq!(app.product(product).await["original_price_cents"], 10_000);
+}

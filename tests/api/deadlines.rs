@@ -14,9 +14,7 @@ async fn an_unpaid_order_is_cancelled_at_its_deadline_and_the_stock_returns() {
     let app = TestApp::spawn_with(clock.clone(), |_| {}).await;
     let product = app.live_product(1, 1).await;
     let token = &app.users(1).await[0];
-    let (status, order) = app.buy(token, product, 1).await;
-    assert_eq!(status, StatusCode::ACCEPTED);
-    let order_id = order["order_id"].as_str().unwrap();
+    let order_id = &app.buy_each(std::slice::from_ref(token), product).await[0].1;
 
     clock.advance(WINDOW_MS - 1);
     assert_eq!(
@@ -45,8 +43,7 @@ async fn paying_after_the_deadline_fails_and_cancels_the_order() {
     let app = TestApp::spawn_with(clock.clone(), |_| {}).await;
     let product = app.live_product(5, 1).await;
     let token = &app.users(1).await[0];
-    let (_, order) = app.buy(token, product, 1).await;
-    let order_id = order["order_id"].as_str().unwrap();
+    let order_id = &app.buy_each(std::slice::from_ref(token), product).await[0].1;
     clock.advance(WINDOW_MS);
     let (status, body) = app.order_action(token, order_id, "pay").await;
     assert_eq!(status, StatusCode::CONFLICT);
@@ -64,8 +61,7 @@ async fn a_paid_order_is_never_cancelled_by_its_deadline() {
     let app = TestApp::spawn_with(clock.clone(), |_| {}).await;
     let product = app.live_product(5, 1).await;
     let token = &app.users(1).await[0];
-    let (_, order) = app.buy(token, product, 1).await;
-    let order_id = order["order_id"].as_str().unwrap();
+    let order_id = &app.buy_each(std::slice::from_ref(token), product).await[0].1;
     let (status, paid) = app.order_action(token, order_id, "pay").await;
     assert_eq!((status, &paid["status"]), (StatusCode::OK, &"paid".into()));
     // Paying again is harmless; cancelling a paid order is refused.
@@ -89,12 +85,7 @@ async fn pay_and_cancel_racing_on_the_same_orders_settle_on_exactly_one_outcome(
     let stock = 200;
     let product = app.live_product(stock, 1).await;
     let tokens = app.users(stock as usize).await;
-    let mut orders = Vec::new();
-    for token in &tokens {
-        let (status, body) = app.buy(token, product, 1).await;
-        assert_eq!(status, StatusCode::ACCEPTED);
-        orders.push((token.clone(), body["order_id"].as_str().unwrap().to_owned()));
-    }
+    let orders = app.buy_each(&tokens, product).await;
     let races: Vec<_> = orders
         .into_iter()
         .map(|(token, id)| {
@@ -137,11 +128,7 @@ async fn the_deadline_sweep_racing_buyers_cancels_returns_each_unit_once() {
     let stock = 100;
     let product = app.live_product(stock, 1).await;
     let tokens = app.users(stock as usize).await;
-    let mut orders = Vec::new();
-    for token in &tokens {
-        let (_, body) = app.buy(token, product, 1).await;
-        orders.push((token.clone(), body["order_id"].as_str().unwrap().to_owned()));
-    }
+    let orders = app.buy_each(&tokens, product).await;
     clock.advance(WINDOW_MS);
     let sweeps: Vec<_> = (0..4)
         .map(|_| {

@@ -186,6 +186,23 @@ impl TestApp {
         status_and_json(response).await
     }
 
+    /// One accepted buy of one unit per token; returns (token, order id) pairs.
+    pub async fn buy_each(&self, tokens: &[String], product: i64) -> Vec<(String, String)> {
+        let mut orders = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            let (status, body) = self.buy(token, product, 1).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+            orders.push((token.clone(), body["order_id"].as_str().unwrap().to_owned()));
+        }
+        orders
+    }
+
+    /// The body of a GET, as text.
+    pub async fn page(&self, path: &str) -> String {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// POST to an order action (`pay` or `cancel`).
     pub async fn order_action(
         &self,

@@ -66,15 +66,7 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
         .await
         .unwrap();
     let app = TestApp::spawn_on(&db, Arc::new(SystemClock), |_| {}).await;
-    let html = app
-        .client
-        .get(app.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = app.page("/").await;
     assert!(html.contains("Phone X 128G"), "the live event is selected");
     assert!(html.contains("data-product-id"));
 
@@ -98,15 +90,7 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
         .await
         .unwrap();
     assert_eq!(orders.status(), StatusCode::OK);
-    let login = app
-        .client
-        .get(app.url("/login?next=//evil.example"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let login = app.page("/login?next=//evil.example").await;
     assert!(
         !login.contains("evil.example"),
         "no open redirect after sign-in"
