@@ -103,6 +103,11 @@ impl App {
             }),
             limits,
             secure_cookies: config.secure_cookies,
+            client_ip_header: config
+                .client_ip_header
+                .as_deref()
+                .map(axum::http::HeaderName::try_from)
+                .transpose()?,
         };
         Ok(Self {
             state,

@@ -42,6 +42,10 @@ pub struct Config {
     pub max_batch: usize,
     /// Mark the session cookie `Secure` (serve over HTTPS) (`SECKILL_SECURE_COOKIES`).
     pub secure_cookies: bool,
+    /// Behind a reverse proxy: the header it puts the client address in, e.g.
+    /// `X-Forwarded-For` (`SECKILL_CLIENT_IP_HEADER`). Its last value is used. Unset, the TCP
+    /// peer is the client; never set it without a proxy, or clients choose their own address.
+    pub client_ip_header: Option<String>,
     /// Request throttling (`SECKILL_RATE_LIMIT__*`).
     pub rate_limit: RateLimitConfig,
 }
@@ -76,6 +80,7 @@ impl Default for Config {
             max_body_bytes: 16 * 1024,
             max_batch: 512,
             secure_cookies: false,
+            client_ip_header: None,
             rate_limit: RateLimitConfig::default(),
         }
     }
@@ -143,6 +148,11 @@ impl Config {
         }
         if self.max_batch == 0 || self.max_body_bytes == 0 || self.session_ttl_secs == 0 {
             bail!("max_batch, max_body_bytes and session_ttl_secs must be positive");
+        }
+        if let Some(name) = &self.client_ip_header
+            && axum::http::HeaderName::try_from(name.as_str()).is_err()
+        {
+            bail!("client_ip_header (SECKILL_CLIENT_IP_HEADER) is not a valid header name");
         }
         let r = &self.rate_limit;
         if r.per_user_per_sec == 0 || r.per_ip_per_sec == 0 {

@@ -120,7 +120,7 @@
         serverEnded: el.dataset.status === 'ended',
         pending: false,
         bought: false,
-        limited: false,
+        limited: 'held' in el.dataset,
         cooldownUntil: 0,
         btn: $('[data-buy]', el),
         msg: $('[data-msg]', el),

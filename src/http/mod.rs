@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod assets;
+pub mod client_ip;
 pub mod pages;
 pub mod rate_limit;
 mod router;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub limits: Arc<RateLimits>,
     /// Whether the session cookie is marked `Secure`.
     pub secure_cookies: bool,
+    /// The header a trusted reverse proxy puts the client address in, if any.
+    pub client_ip_header: Option<axum::http::HeaderName>,
 }
 
 impl FromRef<AppState> for Arc<AuthKeys> {

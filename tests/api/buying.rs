@@ -280,3 +280,34 @@ async fn a_bot_hammering_the_buy_button_is_throttled_with_retry_after() {
         "only the first buy went through"
     );
 }
+
+#[tokio::test]
+async fn behind_a_named_proxy_header_each_client_address_has_its_own_throttle() {
+    let app = TestApp::spawn_with(std::sync::Arc::new(seckill::clock::SystemClock), |c| {
+        c.client_ip_header = Some("x-forwarded-for".into());
+        c.rate_limit.per_ip_per_sec = 1;
+        c.rate_limit.per_ip_burst = 1;
+    })
+    .await;
+    let product = app.live_product(100, 1).await;
+    let tokens = app.users(3).await;
+    let attempt = |token: &str, forwarded: &str| {
+        app.client
+            .post(app.url("/api/v1/orders"))
+            .bearer_auth(token)
+            .header("x-forwarded-for", forwarded)
+            .json(&serde_json::json!({ "product_id": product, "quantity": 1 }))
+            .send()
+    };
+    assert_eq!(
+        attempt(&tokens[0], "10.0.0.1").await.unwrap().status(),
+        StatusCode::ACCEPTED
+    );
+    // A client cannot escape by prepending addresses: only the proxy's last entry counts.
+    let spoofed = attempt(&tokens[1], "1.2.3.4, 10.0.0.1").await.unwrap();
+    assert_eq!(spoofed.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        attempt(&tokens[2], "10.0.0.2").await.unwrap().status(),
+        StatusCode::ACCEPTED
+    );
+}

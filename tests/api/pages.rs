@@ -96,3 +96,35 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
         "no open redirect after sign-in"
     );
 }
+
+#[tokio::test]
+async fn the_sale_page_tells_a_buyer_who_reached_the_limit_instead_of_offering_the_button() {
+    let app = TestApp::spawn().await;
+    let now = app.state.sale.now();
+    let (_, event) = app
+        .admin_post(
+            "/api/v1/admin/events",
+            serde_json::json!({
+                "starts_at": crate::helpers::rfc3339(now - 1000),
+                "ends_at": crate::helpers::rfc3339(now + 3_600_000),
+            }),
+        )
+        .await;
+    let (_, product) = app
+        .admin_post(
+            "/api/v1/admin/products",
+            serde_json::json!({ "event_id": event["id"], "name": "Kettle",
+                "original_price_cents": 100, "sale_price_cents": 50, "stock": 5 }),
+        )
+        .await;
+    let token = app.users(1).await.remove(0);
+    let cookie = format!("seckill_session={token}");
+    let page = |cookie: String| {
+        let request = app.client.get(app.url("/")).header("cookie", cookie);
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    assert!(!page(cookie.clone()).await.contains("data-held"));
+    app.buy(&token, product["id"].as_i64().unwrap(), 1).await;
+    let html = page(cookie).await;
+    assert!(html.contains("data-held") && html.contains("已购买"));
+}

@@ -7,12 +7,12 @@ use crate::auth::CurrentUser;
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
+use crate::http::client_ip::ClientIp;
 use axum::Router;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use serde::Deserialize;
-use std::net::SocketAddr;
 
 /// `/orders`.
 pub fn router() -> Router<AppState> {
@@ -31,11 +31,11 @@ struct PlaceOrder {
 
 async fn place_order(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientIp(ip): ClientIp,
     user: CurrentUser,
     AppJson(body): AppJson<PlaceOrder>,
 ) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
-    state.limits.check_ip(peer.ip())?;
+    state.limits.check_ip(ip)?;
     state.limits.check_user(user.id)?;
     let quantity = Quantity::parse(body.quantity)
         .map_err(|e| ApiError::invalid("invalid_quantity", e.to_string()))?;

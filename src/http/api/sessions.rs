@@ -5,12 +5,12 @@ use crate::auth::{SESSION_COOKIE, password};
 use crate::domain::{Password, Username};
 use crate::error::{ApiError, AppJson};
 use crate::http::AppState;
+use crate::http::client_ip::ClientIp;
 use axum::Router;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
 
 /// `/users` and `/sessions`.
 pub fn router() -> Router<AppState> {
@@ -33,10 +33,10 @@ struct UserView {
 
 async fn register(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
 ) -> Result<(StatusCode, AppJson<UserView>), ApiError> {
-    state.limits.check_ip(peer.ip())?;
+    state.limits.check_ip(ip)?;
     let username = Username::parse(&body.username)
         .map_err(|e| ApiError::invalid("invalid_username", e.to_string()))?;
     let password = Password::parse(&body.password)
@@ -65,10 +65,10 @@ struct SessionView {
 
 async fn sign_in(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
 ) -> Result<(HeaderMap, AppJson<SessionView>), ApiError> {
-    state.limits.check_ip(peer.ip())?;
+    state.limits.check_ip(ip)?;
     let invalid = || {
         ApiError::client(
             StatusCode::UNAUTHORIZED,

@@ -8,7 +8,7 @@ use super::api::catalog::product_views_of_event;
 use super::api::sessions::session_cookie;
 use super::assets::cached;
 use crate::auth::CurrentUser;
-use crate::domain::SaleStatus;
+use crate::domain::{OrderStatus, SaleStatus};
 use crate::error::ApiError;
 use crate::http::AppState;
 use askama::Template;
@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
+use std::collections::HashMap;
 use views::{EventTab, LoginPage, OrderRow, OrdersPage, ProductCard, SalePage};
 
 /// `/`, `/login`, `/orders`, `/logout`.
@@ -78,9 +79,16 @@ async fn sale_page(
         Some(id) => product_views_of_event(&state, id).await?,
         None => Vec::new(),
     };
+    let held = match &user {
+        Some(user) => units_held(&state, user).await?,
+        None => HashMap::new(),
+    };
     let cards = products
         .into_iter()
         .map(|p| ProductCard {
+            held: held
+                .get(&p.id)
+                .is_some_and(|&units| units >= p.per_user_limit),
             id: p.id,
             name: p.name,
             image_url: p.image_url,
@@ -108,6 +116,17 @@ async fn sale_page(
             now_ms: now,
         },
     )
+}
+
+/// Units of each product the shopper holds in orders that are not cancelled.
+async fn units_held(state: &AppState, user: &CurrentUser) -> Result<HashMap<i64, u32>, ApiError> {
+    let mut held = HashMap::new();
+    for order in state.sale.orders_of(user.id).await? {
+        if order.status != OrderStatus::Cancelled {
+            *held.entry(order.product_id.0).or_default() += order.quantity.get();
+        }
+    }
+    Ok(held)
 }
 
 #[derive(Deserialize)]

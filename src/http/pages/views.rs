@@ -32,6 +32,9 @@ pub struct ProductCard {
     pub status: &'static str,
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
+    /// The signed-in shopper already holds as many units as one buyer may: the button says
+    /// so instead of inviting a click that can only be refused.
+    pub held: bool,
 }
 
 /// `GET /` (and `GET /?event=ID`).
