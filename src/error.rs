@@ -237,7 +237,7 @@ impl From<crate::sale::AdminError> for ApiError {
             AdminError::Invalid { code, message } => Self::invalid(code, message),
             AdminError::UnknownProduct => Self::not_found("unknown_product", "no such product"),
             AdminError::Store(e) => e.into(),
-            AdminError::Gate(e) => e.into(),
+            AdminError::Backend(e) => e.into(),
         }
     }
 }

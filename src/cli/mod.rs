@@ -61,5 +61,11 @@ pub fn run() -> ExitCode {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,sqlx=warn,tower_http=warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Logs go to stderr (colored only on a terminal); stdout carries what the user asked for.
+    let stderr = std::io::stderr();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&stderr))
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -19,7 +19,7 @@ pub enum AdminError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Gate(#[from] anyhow::Error),
+    Backend(#[from] anyhow::Error),
 }
 
 /// A product to put on sale. Without an explicit window it sells during its event's.
