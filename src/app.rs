@@ -12,7 +12,7 @@ use crate::ids::Snowflake;
 use crate::pipeline::{GroupCommit, ticker};
 use crate::sale::{SaleService, SaleSettings};
 use crate::store::Store;
-use crate::store::sqlite::SqliteStore;
+use crate::store::sql::SqlStore;
 use anyhow::Context;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use std::future::Future;
@@ -33,7 +33,7 @@ pub struct App {
 
 /// Opens the store, loading its schema, and nothing else: for `migrate` and `demo`.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let store = SqliteStore::connect(&config.database_url)
+    let store = SqlStore::connect(&config.database_url, config.database_max_connections)
         .await
         .with_context(|| format!("opening the database {}", config.database_url))?;
     Ok(Arc::new(store))

@@ -15,8 +15,12 @@ use std::path::Path;
 pub struct Config {
     /// Where the HTTP server listens (`SECKILL_HTTP_ADDR`).
     pub http_addr: SocketAddr,
-    /// The database (`SECKILL_DATABASE_URL`): `sqlite://PATH` for now.
+    /// The database (`SECKILL_DATABASE_URL`): `sqlite://PATH`, `postgres://…` or
+    /// `mysql://…` (MySQL and MariaDB).
     pub database_url: String,
+    /// Most connections this process opens to the database
+    /// (`SECKILL_DATABASE_MAX_CONNECTIONS`); unset, 8 for SQLite and 16 for servers.
+    pub database_max_connections: Option<u32>,
     /// Key that signs session tokens (`SECKILL_SECRET`, at least 32 bytes). Unset, a random
     /// one is generated on first start and kept in the database.
     pub secret: Option<Secret>,
@@ -70,6 +74,7 @@ impl Default for Config {
         Self {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             database_url: "sqlite://seckill.db".into(),
+            database_max_connections: None,
             secret: None,
             admin_token: None,
             payment_window_secs: 15 * 60,
@@ -131,11 +136,10 @@ impl Config {
         {
             bail!("admin_token (SECKILL_ADMIN_TOKEN) must be at least 16 bytes");
         }
-        if !self.database_url.starts_with("sqlite:") {
-            bail!(
-                "database_url (SECKILL_DATABASE_URL) must start with sqlite: (got {:?})",
-                self.database_url.split(':').next().unwrap_or_default()
-            );
+        crate::store::sql::Dialect::from_url(&self.database_url)
+            .context("database_url (SECKILL_DATABASE_URL)")?;
+        if self.database_max_connections == Some(0) {
+            bail!("database_max_connections must be positive");
         }
         if self.payment_window_secs == 0 {
             bail!("payment_window_secs must be positive");

@@ -3,7 +3,7 @@
 
 -- Values the server generates once and must keep across restarts (token secret, admin token).
 CREATE TABLE settings (
-    key   TEXT PRIMARY KEY,
+    name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 

@@ -5,7 +5,7 @@
 //! 'awaiting_payment'`, `… AND stock >= ?`) whose affected-row count decides who won, never a
 //! read followed by a write.
 
-pub mod sqlite;
+pub mod sql;
 
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,

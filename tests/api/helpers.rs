@@ -1,6 +1,7 @@
-//! `TestApp`: a real server on port 0 over its own database file, plus the shortcuts tests
-//! need (many users at once, a live product, a buy).
+//! `TestApp`: a real server on port 0 over its own database, plus the shortcuts tests need
+//! (many users at once, a live product, a buy) and direct reads of what is stored.
 
+use crate::backend::TestDatabase;
 use reqwest::StatusCode;
 use seckill::app::App;
 use seckill::clock::{Clock, ManualClock, SharedClock, SystemClock};
@@ -8,11 +9,9 @@ use seckill::config::{Config, Secret};
 use seckill::domain::{UserId, Username};
 use seckill::http::AppState;
 use serde_json::{Value, json};
-use sqlx::SqlitePool;
-use std::path::PathBuf;
+use sqlx::{AnyPool, Row};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -23,17 +22,17 @@ pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
     pub state: AppState,
-    pub db_path: PathBuf,
+    pub db: Arc<TestDatabase>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
-    _dir: Option<TempDir>,
 }
 
 /// The configuration every test starts from: its own database, known secrets, and an IP
 /// limit high enough for thousands of buyers on one loopback address.
-pub fn test_config(db_path: &std::path::Path) -> Config {
+pub fn test_config(db: &TestDatabase) -> Config {
     let mut config = Config {
-        database_url: format!("sqlite://{}", db_path.display()),
+        database_url: db.url.clone(),
+        database_max_connections: Some(4),
         secret: Some(Secret::new("test-secret-0123456789abcdef0123456789".into())),
         admin_token: Some(Secret::new(ADMIN_TOKEN.into())),
         ..Config::default()
@@ -51,20 +50,21 @@ impl TestApp {
 
     /// A server on `clock`, with `tweak` applied to the test configuration.
     pub async fn spawn_with(clock: SharedClock, tweak: impl FnOnce(&mut Config)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db_path = dir.path().join("seckill.db");
-        let mut app = Self::spawn_on(&db_path, clock, tweak).await;
-        app._dir = Some(dir);
-        app
+        Self::spawn_on(Arc::new(TestDatabase::fresh().await), clock, tweak).await
     }
 
-    /// A server over an existing database file (to test restarts).
+    /// A server over an existing database (to test restarts).
     pub async fn spawn_on(
-        db_path: &std::path::Path,
+        db: Arc<TestDatabase>,
         clock: SharedClock,
         tweak: impl FnOnce(&mut Config),
     ) -> Self {
-        let mut config = test_config(db_path);
+        // Logs of the server under test, shown for failing tests (`RUST_LOG` to choose).
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+        let mut config = test_config(&db);
         tweak(&mut config);
         let app = App::build(&config, clock).await.expect("app builds");
         let state = app.state().clone();
@@ -86,10 +86,9 @@ impl TestApp {
             base,
             client,
             state,
-            db_path: db_path.to_owned(),
+            db,
             stop: Some(stop),
             server: Some(server),
-            _dir: None,
         }
     }
 
@@ -117,26 +116,40 @@ impl TestApp {
     pub async fn users(&self, n: usize) -> Vec<String> {
         let hash = "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
         let now = self.state.sale.now();
-        let db = self.db().await;
-        let mut tx = db.begin().await.unwrap();
-        let mut tokens = Vec::with_capacity(n);
-        for _ in 0..n {
-            let name = format!("user{}", NEXT_USER.fetch_add(1, Ordering::SeqCst));
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO users (username, password_hash, created_at) VALUES (?, ?, ?) RETURNING id",
+        let batch = NEXT_BATCH.fetch_add(1, Ordering::SeqCst);
+        let pool = self.pool().await;
+        let mut tx = pool.begin().await.unwrap();
+        for i in 0..n {
+            sqlx::query(
+                self.db.sql(
+                    "INSERT INTO users (username, password_hash, created_at) VALUES (?, ?, ?)",
+                ),
             )
-            .bind(&name)
+            .bind(format!("b{batch}-{i}"))
             .bind(hash)
             .bind(now)
-            .fetch_one(&mut *tx)
+            .execute(&mut *tx)
             .await
             .unwrap();
-            let username = Username::parse(&name).unwrap();
-            tokens.push(self.state.auth.tokens.issue(UserId(id), &username, now).0);
         }
         tx.commit().await.unwrap();
-        db.close().await;
-        tokens
+        let rows = sqlx::query(
+            self.db
+                .sql("SELECT id, username FROM users WHERE username LIKE ?"),
+        )
+        .bind(format!("b{batch}-%"))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        assert_eq!(rows.len(), n);
+        rows.iter()
+            .map(|row| {
+                let username = Username::parse(row.get::<String, _>("username").as_str()).unwrap();
+                let id = UserId(row.get::<i64, _>("id"));
+                self.state.auth.tokens.issue(id, &username, now).0
+            })
+            .collect()
     }
 
     /// POSTs JSON to an admin route with the admin token.
@@ -234,33 +247,48 @@ impl TestApp {
     }
 
     /// A separate connection to the test database, to check what is really stored.
-    pub async fn db(&self) -> SqlitePool {
-        SqlitePool::connect(&format!("sqlite://{}", self.db_path.display()))
-            .await
-            .unwrap()
+    pub async fn pool(&self) -> AnyPool {
+        AnyPool::connect(&self.db.url).await.unwrap()
     }
 
-    /// (orders, units not cancelled, database stock) of a product, read straight from SQLite.
-    pub async fn stored(&self, product: i64) -> (i64, i64, i64) {
-        let db = self.db().await;
-        let (orders, units): (i64, Option<i64>) = sqlx::query_as(
-            "SELECT COUNT(*), SUM(quantity) FROM orders WHERE product_id = ? AND status <> 'cancelled'",
+    /// Ids of the orders of a product that are not cancelled, read straight from the database.
+    pub async fn live_order_ids(&self, product: i64) -> Vec<i64> {
+        let pool = self.pool().await;
+        let ids = sqlx::query_scalar(
+            self.db
+                .sql("SELECT id FROM orders WHERE product_id = ? AND status <> 'cancelled'"),
         )
         .bind(product)
-        .fetch_one(&db)
+        .fetch_all(&pool)
         .await
         .unwrap();
-        let stock: i64 = sqlx::query_scalar("SELECT stock FROM products WHERE id = ?")
+        pool.close().await;
+        ids
+    }
+
+    /// (orders, units not cancelled, database stock) of a product, read straight from the
+    /// database.
+    pub async fn stored(&self, product: i64) -> (i64, i64, i64) {
+        let pool = self.pool().await;
+        let units: Vec<i64> = sqlx::query_scalar(
+            self.db
+                .sql("SELECT quantity FROM orders WHERE product_id = ? AND status <> 'cancelled'"),
+        )
+        .bind(product)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let stock: i64 = sqlx::query_scalar(self.db.sql("SELECT stock FROM products WHERE id = ?"))
             .bind(product)
-            .fetch_one(&db)
+            .fetch_one(&pool)
             .await
             .unwrap();
-        db.close().await;
-        (orders, units.unwrap_or(0), stock)
+        pool.close().await;
+        (units.len() as i64, units.iter().sum(), stock)
     }
 }
 
-static NEXT_USER: AtomicU64 = AtomicU64::new(1);
+static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);
 
 /// The status and JSON body of a response (`Value::Null` when the body is not JSON).
 pub async fn status_and_json(response: reqwest::Response) -> (StatusCode, Value) {

@@ -1,7 +1,8 @@
 //! One integration test binary: every test starts the real server on port 0 with its own
-//! SQLite file and talks to it over HTTP.
+//! database (SQLite, PostgreSQL or MySQL: see `backend.rs`) and talks to it over HTTP.
 
 mod admin;
+mod backend;
 mod bad_input;
 mod buying;
 mod deadlines;

@@ -1,5 +1,6 @@
 //! The pages render, are cacheable, and every asset comes from the binary.
 
+use crate::backend::TestDatabase;
 use crate::helpers::{TestApp, test_config};
 use reqwest::StatusCode;
 use seckill::clock::{Clock, SystemClock};
@@ -59,13 +60,12 @@ async fn the_sale_page_shows_the_live_products_and_answers_304_when_unchanged() 
 
 #[tokio::test]
 async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("seckill.db");
+    let db = Arc::new(TestDatabase::fresh().await);
     let store = seckill::app::open_store(&test_config(&db)).await.unwrap();
     seckill::demo::seed(&store, SystemClock.now_ms())
         .await
         .unwrap();
-    let app = TestApp::spawn_on(&db, Arc::new(SystemClock), |_| {}).await;
+    let app = TestApp::spawn_on(db, Arc::new(SystemClock), |_| {}).await;
     let html = app.page("/").await;
     assert!(html.contains("Phone X 128G"), "the live event is selected");
     assert!(html.contains("data-product-id"));

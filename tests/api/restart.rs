@@ -1,5 +1,6 @@
 //! An accepted order survives a restart, and the gate is rebuilt from the database.
 
+use crate::backend::TestDatabase;
 use crate::helpers::{TestApp, code};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
@@ -7,9 +8,8 @@ use std::sync::Arc;
 
 #[tokio::test]
 async fn after_a_restart_the_gate_knows_the_stock_and_the_buyers_from_the_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("seckill.db");
-    let app = TestApp::spawn_on(&db, Arc::new(SystemClock), |_| {}).await;
+    let db = Arc::new(TestDatabase::fresh().await);
+    let app = TestApp::spawn_on(db.clone(), Arc::new(SystemClock), |_| {}).await;
     let product = app.live_product(3, 1).await;
     let tokens = app.users(4).await;
     for token in &tokens[..2] {
@@ -17,7 +17,7 @@ async fn after_a_restart_the_gate_knows_the_stock_and_the_buyers_from_the_databa
     }
     app.stop().await;
 
-    let app = TestApp::spawn_on(&db, Arc::new(SystemClock), |_| {}).await;
+    let app = TestApp::spawn_on(db, Arc::new(SystemClock), |_| {}).await;
     assert_eq!(app.product(product).await["remaining"], 1);
     let (status, body) = app.buy(&tokens[0], product, 1).await;
     assert_eq!(

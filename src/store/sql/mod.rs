@@ -1,0 +1,460 @@
+//! The [`Store`] for every SQL database: SQLite (embedded), PostgreSQL and MySQL/MariaDB,
+//! through sqlx's `Any` driver. The statements are written once; [`Dialect`] adapts the few
+//! spellings that differ. All values cross as `i64` or text, which every driver supports.
+
+mod dialect;
+mod rows;
+
+pub use dialect::Dialect;
+
+use super::{NewProduct, Persisted, ProductPatch, Store, StoreResult, UserRecord};
+use crate::domain::{
+    Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+};
+use async_trait::async_trait;
+use rows::{order_columns, product_columns};
+use sqlx::any::{AnyArguments, AnyPoolOptions};
+use sqlx::query::Query;
+use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, Row};
+use std::sync::Arc;
+
+/// The SQL [`Store`].
+pub struct SqlStore {
+    pool: AnyPool,
+    dialect: Dialect,
+    sql: Statements,
+}
+
+/// Every statement, in the connected database's dialect, prepared once at start-up.
+struct Statements {
+    insert_setting: Arc<str>,
+    setting: Arc<str>,
+    insert_user: Arc<str>,
+    user_by_name: Arc<str>,
+    insert_event: Arc<str>,
+    events: Arc<str>,
+    event: Arc<str>,
+    insert_product: Arc<str>,
+    update_product: Arc<str>,
+    add_stock: Arc<str>,
+    product: Arc<str>,
+    products: Arc<str>,
+    holdings: Arc<str>,
+    insert_order: Arc<str>,
+    take_stock: Arc<str>,
+    delete_order: Arc<str>,
+    order: Arc<str>,
+    orders_of_user: Arc<str>,
+    mark_paid: Arc<str>,
+    cancel_order: Arc<str>,
+    return_stock: Arc<str>,
+    overdue_orders: Arc<str>,
+}
+
+impl Statements {
+    fn new(d: Dialect) -> Self {
+        let sql = |text: &str| -> Arc<str> { d.placeholders(text).into() };
+        Self {
+            insert_setting: sql(&d.insert_new("settings (name, value) VALUES (?, ?)", "name")),
+            setting: sql("SELECT value FROM settings WHERE name = ?"),
+            insert_user: sql(&d.insert_with_id(&d.insert_new(
+                "users (username, password_hash, created_at) VALUES (?, ?, ?)",
+                "username",
+            ))),
+            user_by_name: sql("SELECT id, username, password_hash FROM users WHERE username = ?"),
+            insert_event: sql(&d.insert_with_id(
+                "INSERT INTO sale_events (title, starts_at, ends_at, created_at) \
+                 VALUES (?, ?, ?, ?)",
+            )),
+            events: sql("SELECT id, title, starts_at, ends_at FROM sale_events \
+                         ORDER BY starts_at, id"),
+            event: sql("SELECT id, title, starts_at, ends_at FROM sale_events WHERE id = ?"),
+            insert_product: sql(&d.insert_with_id(
+                "INSERT INTO products (event_id, name, image_url, original_price_cents, \
+                 sale_price_cents, stock_total, stock, per_user_limit, sale_starts_at, \
+                 sale_ends_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )),
+            update_product: sql("UPDATE products SET name = COALESCE(?, name), \
+                 image_url = COALESCE(?, image_url), \
+                 original_price_cents = COALESCE(?, original_price_cents), \
+                 sale_price_cents = COALESCE(?, sale_price_cents), \
+                 per_user_limit = COALESCE(?, per_user_limit), \
+                 sale_starts_at = COALESCE(?, sale_starts_at), \
+                 sale_ends_at = COALESCE(?, sale_ends_at), updated_at = ? WHERE id = ?"),
+            add_stock: sql(
+                "UPDATE products SET stock_total = stock_total + ?, stock = stock + ?, \
+                 updated_at = ? WHERE id = ?",
+            ),
+            product: sql(concat!(
+                "SELECT ",
+                product_columns!(),
+                " FROM products WHERE id = ?"
+            )),
+            products: sql(concat!(
+                "SELECT ",
+                product_columns!(),
+                " FROM products ORDER BY sale_starts_at, id"
+            )),
+            holdings: sql(&format!(
+                "SELECT user_id, {} AS units FROM orders \
+                 WHERE product_id = ? AND status <> 'cancelled' GROUP BY user_id",
+                d.sum("quantity")
+            )),
+            insert_order: sql(&d.insert_new(
+                "orders (id, user_id, product_id, product_name, unit_price_cents, quantity, \
+                 total_cents, status, created_at, pay_before) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "id",
+            )),
+            take_stock: sql("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?"),
+            delete_order: sql("DELETE FROM orders WHERE id = ?"),
+            order: sql(concat!(
+                "SELECT ",
+                order_columns!(),
+                " FROM orders WHERE id = ?"
+            )),
+            orders_of_user: sql(concat!(
+                "SELECT ",
+                order_columns!(),
+                " FROM orders WHERE user_id = ? ORDER BY created_at DESC, id DESC"
+            )),
+            mark_paid: sql("UPDATE orders SET status = 'paid', paid_at = ? \
+                 WHERE id = ? AND status = 'awaiting_payment' AND pay_before > ?"),
+            cancel_order: sql("UPDATE orders SET status = 'cancelled', cancelled_at = ? \
+                 WHERE id = ? AND status = 'awaiting_payment'"),
+            return_stock: sql("UPDATE products SET stock = stock + ?, updated_at = ? WHERE id = ?"),
+            overdue_orders: sql(
+                "SELECT id FROM orders WHERE status = 'awaiting_payment' AND pay_before <= ? \
+                 ORDER BY pay_before LIMIT ?",
+            ),
+        }
+    }
+}
+
+type AnyQuery<'q> = Query<'q, Any, AnyArguments>;
+
+fn query(sql: &Arc<str>) -> AnyQuery<'static> {
+    // Every statement is assembled at start-up from literals in this module; no input reaches
+    // the SQL text, only bound parameters.
+    sqlx::query(AssertSqlSafe(sql.clone()))
+}
+
+impl SqlStore {
+    /// Connects to `url` (creating a SQLite file if needed) with at most `max_connections`
+    /// (a per-dialect default when `None`), and brings the schema up to date.
+    pub async fn connect(url: &str, max_connections: Option<u32>) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let dialect = Dialect::from_url(url)?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections.unwrap_or(dialect.pool_size()))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    for statement in dialect.session_setup() {
+                        conn.execute(*statement).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&dialect.driver_url(url))
+            .await?;
+        dialect.migrator().run(&pool).await?;
+        Ok(Self {
+            pool,
+            dialect,
+            sql: Statements::new(dialect),
+        })
+    }
+
+    /// The database family this store speaks.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Runs an insert made with [`Dialect::insert_with_id`]: the new id, or `None` when the
+    /// insert skipped an existing row.
+    async fn insert_id<'c, E>(&self, executor: E, insert: AnyQuery<'_>) -> StoreResult<Option<i64>>
+    where
+        E: Executor<'c, Database = Any>,
+    {
+        if self.dialect.returns_ids() {
+            let row = insert.fetch_optional(executor).await?;
+            Ok(row.map(|r| r.try_get::<i64, _>(0)).transpose()?)
+        } else {
+            let done = insert.execute(executor).await?;
+            Ok(if done.rows_affected() == 0 {
+                None
+            } else {
+                done.last_insert_id()
+            })
+        }
+    }
+
+    async fn must_insert_id(&self, insert: AnyQuery<'_>) -> StoreResult<i64> {
+        self.insert_id(&self.pool, insert)
+            .await?
+            .ok_or_else(|| sqlx::Error::Protocol("the insert returned no id".into()).into())
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn setting_or_insert(&self, key: &str, proposed: &str) -> StoreResult<String> {
+        query(&self.sql.insert_setting)
+            .bind(key.to_owned())
+            .bind(proposed.to_owned())
+            .execute(&self.pool)
+            .await?;
+        let row = query(&self.sql.setting)
+            .bind(key.to_owned())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn create_user(
+        &self,
+        username: &Username,
+        password_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<UserId>> {
+        let insert = query(&self.sql.insert_user)
+            .bind(username.as_str().to_owned())
+            .bind(password_hash.to_owned())
+            .bind(now);
+        Ok(self.insert_id(&self.pool, insert).await?.map(UserId))
+    }
+
+    async fn user_by_name(&self, username: &str) -> StoreResult<Option<UserRecord>> {
+        let row = query(&self.sql.user_by_name)
+            .bind(username.to_owned())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(rows::user).transpose()?)
+    }
+
+    async fn create_event(
+        &self,
+        title: &str,
+        window: SaleWindow,
+        now: Millis,
+    ) -> StoreResult<SaleEvent> {
+        let insert = query(&self.sql.insert_event)
+            .bind(title.to_owned())
+            .bind(window.start)
+            .bind(window.end)
+            .bind(now);
+        let id = self.must_insert_id(insert).await?;
+        Ok(SaleEvent {
+            id,
+            title: title.to_owned(),
+            window,
+        })
+    }
+
+    async fn events(&self) -> StoreResult<Vec<SaleEvent>> {
+        let rows = query(&self.sql.events).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(rows::event).collect::<Result<_, _>>()?)
+    }
+
+    async fn event(&self, id: i64) -> StoreResult<Option<SaleEvent>> {
+        let row = query(&self.sql.event)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(rows::event).transpose()?)
+    }
+
+    async fn create_product(&self, p: &NewProduct, now: Millis) -> StoreResult<Product> {
+        let insert = query(&self.sql.insert_product)
+            .bind(p.event_id)
+            .bind(p.name.clone())
+            .bind(p.image_url.clone())
+            .bind(p.original_price.cents())
+            .bind(p.sale_price.cents())
+            .bind(p.stock)
+            .bind(p.stock)
+            .bind(i64::from(p.per_user_limit))
+            .bind(p.window.start)
+            .bind(p.window.end)
+            .bind(now)
+            .bind(now);
+        let id = self.must_insert_id(insert).await?;
+        self.product(ProductId(id))
+            .await?
+            .ok_or_else(|| sqlx::Error::RowNotFound.into())
+    }
+
+    async fn update_product(
+        &self,
+        id: ProductId,
+        patch: &ProductPatch,
+        now: Millis,
+    ) -> StoreResult<Option<Product>> {
+        query(&self.sql.update_product)
+            .bind(patch.name.clone())
+            .bind(patch.image_url.clone())
+            .bind(patch.original_price.map(Money::cents))
+            .bind(patch.sale_price.map(Money::cents))
+            .bind(patch.per_user_limit.map(i64::from))
+            .bind(patch.window.map(|w| w.start))
+            .bind(patch.window.map(|w| w.end))
+            .bind(now)
+            .bind(id.0)
+            .execute(&self.pool)
+            .await?;
+        self.product(id).await
+    }
+
+    async fn add_stock(
+        &self,
+        id: ProductId,
+        quantity: i64,
+        now: Millis,
+    ) -> StoreResult<Option<Product>> {
+        query(&self.sql.add_stock)
+            .bind(quantity)
+            .bind(quantity)
+            .bind(now)
+            .bind(id.0)
+            .execute(&self.pool)
+            .await?;
+        self.product(id).await
+    }
+
+    async fn product(&self, id: ProductId) -> StoreResult<Option<Product>> {
+        let row = query(&self.sql.product)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(rows::product).transpose()?)
+    }
+
+    async fn products(&self) -> StoreResult<Vec<Product>> {
+        let rows = query(&self.sql.products).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(rows::product).collect::<Result<_, _>>()?)
+    }
+
+    async fn holdings(&self, product: ProductId) -> StoreResult<Vec<(UserId, u32)>> {
+        let rows = query(&self.sql.holdings)
+            .bind(product.0)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let units: i64 = row.try_get("units")?;
+                Ok((
+                    UserId(row.try_get("user_id")?),
+                    u32::try_from(units).unwrap_or(u32::MAX),
+                ))
+            })
+            .collect()
+    }
+
+    async fn insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
+        let mut tx = self.pool.begin().await?;
+        let mut outcomes = Vec::with_capacity(orders.len());
+        for o in orders {
+            let units = i64::from(o.quantity.get());
+            let inserted = query(&self.sql.insert_order)
+                .bind(o.id.0)
+                .bind(o.user_id.0)
+                .bind(o.product_id.0)
+                .bind(o.product_name.clone())
+                .bind(o.unit_price.cents())
+                .bind(units)
+                .bind(o.total.cents())
+                .bind(o.status.as_str())
+                .bind(o.created_at)
+                .bind(o.pay_before)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if inserted == 0 {
+                outcomes.push(Persisted::Duplicate);
+                continue;
+            }
+            let taken = query(&self.sql.take_stock)
+                .bind(units)
+                .bind(o.product_id.0)
+                .bind(units)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if taken == 1 {
+                outcomes.push(Persisted::Inserted);
+            } else {
+                query(&self.sql.delete_order)
+                    .bind(o.id.0)
+                    .execute(&mut *tx)
+                    .await?;
+                outcomes.push(Persisted::OutOfStock);
+            }
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    async fn order(&self, id: OrderId) -> StoreResult<Option<Order>> {
+        let row = query(&self.sql.order)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(rows::order).transpose()?)
+    }
+
+    async fn orders_of_user(&self, user: UserId) -> StoreResult<Vec<Order>> {
+        let rows = query(&self.sql.orders_of_user)
+            .bind(user.0)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(rows::order).collect::<Result<_, _>>()?)
+    }
+
+    async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
+        let paid = query(&self.sql.mark_paid)
+            .bind(now)
+            .bind(id.0)
+            .bind(now)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(paid == 1)
+    }
+
+    async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
+        let mut tx = self.pool.begin().await?;
+        let cancelled = query(&self.sql.cancel_order)
+            .bind(now)
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if cancelled == 0 {
+            return Ok(None);
+        }
+        let row = query(&self.sql.order)
+            .bind(id.0)
+            .fetch_one(&mut *tx)
+            .await?;
+        let order = rows::order(&row)?;
+        query(&self.sql.return_stock)
+            .bind(i64::from(order.quantity.get()))
+            .bind(now)
+            .bind(order.product_id.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(order))
+    }
+
+    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {
+        let rows = query(&self.sql.overdue_orders)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| Ok(OrderId(row.try_get(0)?)))
+            .collect()
+    }
+}
