@@ -27,7 +27,7 @@ fn server_url() -> Option<String> {
         "sqlite" => None,
         "postgres" => Some(
             std::env::var("SECKILL_TEST_POSTGRES_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into()),
+                .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432".into()),
         ),
         "mysql" => Some(
             std::env::var("SECKILL_TEST_MYSQL_URL")
@@ -47,7 +47,9 @@ async fn drop_stale_databases(server: &str, dialect: Dialect) {
         .await
         .unwrap_or_else(|e| panic!("cannot reach the test database server {server}: {e}"));
     let list = match dialect {
-        Dialect::Postgres => "SELECT datname FROM pg_database WHERE datname LIKE 'seckill_t_%'",
+        Dialect::Postgres => {
+            "SELECT datname::text FROM pg_database WHERE datname LIKE 'seckill_t_%'"
+        }
         _ => {
             "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'seckill_t_%'"
         }
