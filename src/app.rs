@@ -5,10 +5,13 @@ use crate::auth::TokenSigner;
 use crate::auth::extract::AuthKeys;
 use crate::clock::SharedClock;
 use crate::config::{Config, Secret};
+use crate::gate::StockGate;
 use crate::gate::memory::MemoryGate;
+use crate::gate::redis::RedisGate;
 use crate::http::AppState;
 use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
+use crate::lease;
 use crate::pipeline::{GroupCommit, ticker};
 use crate::sale::{SaleService, SaleSettings};
 use crate::store::Store;
@@ -70,10 +73,29 @@ impl App {
         let (admin_token, generated) =
             secret_setting(&*store, config.admin_token.as_ref(), "admin_token").await?;
         let orders = GroupCommit::start(store.clone(), config.max_batch);
-        let ids = Snowflake::new(config.node_id, clock.clone())?;
+        let mut tasks = Vec::new();
+        let node_id = match (config.node_id, &config.redis_url) {
+            (Some(id), _) => id,
+            (None, Some(url)) => {
+                let lease = lease::acquire(url, &config.redis_key_prefix, || {
+                    // Another process may now make the same order ids: stop at once.
+                    eprintln!("error: the Snowflake node id lease was lost; exiting");
+                    std::process::exit(70);
+                })
+                .await?;
+                tasks.push(lease.renewal);
+                lease.node_id
+            }
+            (None, None) => 0,
+        };
+        let ids = Snowflake::new(node_id, clock.clone())?;
+        let gate: Arc<dyn StockGate> = match &config.redis_url {
+            Some(url) => Arc::new(RedisGate::connect(url, &config.redis_key_prefix).await?),
+            None => Arc::new(MemoryGate::new()),
+        };
         let sale = SaleService::start(
             store.clone(),
-            Arc::new(MemoryGate::new()),
+            gate,
             orders,
             ids,
             clock.clone(),
@@ -86,10 +108,8 @@ impl App {
         .await
         .context("rebuilding the stock gate from the database")?;
         let limits = Arc::new(RateLimits::new(&config.rate_limit));
-        let tasks = vec![
-            ticker::spawn(sale.clone(), Duration::from_secs(1)),
-            spawn_forget_idle(limits.clone()),
-        ];
+        tasks.push(ticker::spawn(sale.clone(), Duration::from_secs(1)));
+        tasks.push(spawn_forget_idle(limits.clone()));
         let state = AppState {
             sale,
             store,

@@ -21,6 +21,11 @@ pub struct Config {
     /// Most connections this process opens to the database
     /// (`SECKILL_DATABASE_MAX_CONNECTIONS`); unset, 8 for SQLite and 16 for servers.
     pub database_max_connections: Option<u32>,
+    /// Redis for the stock gate (`SECKILL_REDIS_URL`, e.g. `redis://127.0.0.1:6379`): shared
+    /// by every server process. Unset, the gate lives in the process (embedded mode).
+    pub redis_url: Option<String>,
+    /// Prefix of every Redis key (`SECKILL_REDIS_KEY_PREFIX`), so deployments can share a Redis.
+    pub redis_key_prefix: String,
     /// Key that signs session tokens (`SECKILL_SECRET`, at least 32 bytes). Unset, a random
     /// one is generated on first start and kept in the database.
     pub secret: Option<Secret>,
@@ -33,8 +38,8 @@ pub struct Config {
     /// (`SECKILL_PER_USER_LIMIT`).
     pub per_user_limit: u32,
     /// This process's Snowflake node id, unique among processes sharing a database
-    /// (`SECKILL_NODE_ID`, 0–1023).
-    pub node_id: u16,
+    /// (`SECKILL_NODE_ID`, 0–1023). Unset: leased from Redis when there is one, else 0.
+    pub node_id: Option<u16>,
     /// Lifetime of a session token (`SECKILL_SESSION_TTL_SECS`).
     pub session_ttl_secs: u64,
     /// Products are loaded into the stock gate this long before their sale starts
@@ -75,11 +80,13 @@ impl Default for Config {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             database_url: "sqlite://seckill.db".into(),
             database_max_connections: None,
+            redis_url: None,
+            redis_key_prefix: "seckill:".into(),
             secret: None,
             admin_token: None,
             payment_window_secs: 15 * 60,
             per_user_limit: 1,
-            node_id: 0,
+            node_id: None,
             session_ttl_secs: 7 * 24 * 3600,
             preheat_secs: 300,
             max_body_bytes: 16 * 1024,
@@ -147,7 +154,7 @@ impl Config {
         if self.per_user_limit == 0 {
             bail!("per_user_limit must be at least 1");
         }
-        if self.node_id > crate::ids::MAX_NODE_ID {
+        if self.node_id.is_some_and(|id| id > crate::ids::MAX_NODE_ID) {
             bail!("node_id must be at most {}", crate::ids::MAX_NODE_ID);
         }
         if self.max_batch == 0 || self.max_body_bytes == 0 || self.session_ttl_secs == 0 {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod gate;
 pub mod http;
 pub mod ids;
+pub mod lease;
 pub mod pipeline;
 pub mod sale;
 pub mod store;

@@ -55,7 +55,8 @@ impl StockGate for MemoryGate {
         self.products
             .write()
             .expect("gate map lock poisoned")
-            .insert(p.id, Arc::new(Mutex::new(slot)));
+            .entry(p.id)
+            .or_insert_with(|| Arc::new(Mutex::new(slot)));
         Ok(())
     }
 
@@ -96,13 +97,14 @@ impl StockGate for MemoryGate {
         .map_err(GateError::from)
     }
 
-    async fn release(&self, id: ProductId, user: UserId, units: u32) -> Result<(), GateError> {
-        self.with_slot(id, |slot| {
+    async fn release(&self, order: &Order) -> Result<(), GateError> {
+        let units = order.quantity.get();
+        self.with_slot(order.product_id, |slot| {
             slot.remaining += i64::from(units);
-            if let Some(held) = slot.holdings.get_mut(&user) {
+            if let Some(held) = slot.holdings.get_mut(&order.user_id) {
                 *held = held.saturating_sub(units);
                 if *held == 0 {
-                    slot.holdings.remove(&user);
+                    slot.holdings.remove(&order.user_id);
                 }
             }
         })
@@ -200,7 +202,7 @@ mod tests {
     async fn a_release_returns_the_units_and_lets_the_buyer_buy_again() {
         let gate = gate(1, 1).await;
         gate.reserve(&order(1, 1), 150).await.unwrap();
-        gate.release(ProductId(1), UserId(1), 1).await.unwrap();
+        gate.release(&order(1, 1)).await.unwrap();
         assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(1));
         assert_eq!(gate.reserve(&order(1, 1), 150).await.unwrap(), 0);
     }

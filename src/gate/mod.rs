@@ -4,6 +4,7 @@
 //! after any sign of loss) it is rebuilt from the database.
 
 pub mod memory;
+pub mod redis;
 
 use crate::domain::{Millis, Order, ProductId, SaleWindow, UserId};
 use async_trait::async_trait;
@@ -49,8 +50,8 @@ pub enum GateError {
 /// The atomic check-and-take at the heart of the buy path.
 #[async_trait]
 pub trait StockGate: Send + Sync + 'static {
-    /// Loads a product, replacing what the gate held for it. Only for preheat and rebuilds,
-    /// while no buy of that product can be in flight.
+    /// Loads a product unless it is loaded already (another process may have preheated it,
+    /// and buys may be running against it).
     async fn load(&self, product: GateProduct) -> Result<(), GateError>;
 
     /// Changes a loaded product's window and limit without touching its stock or buyers.
@@ -65,9 +66,10 @@ pub trait StockGate: Send + Sync + 'static {
     /// units and record the buyer. Returns the units left.
     async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError>;
 
-    /// Gives units back (a cancelled order, or an order the database refused) and lowers the
-    /// buyer's count, so they may buy again.
-    async fn release(&self, id: ProductId, user: UserId, units: u32) -> Result<(), GateError>;
+    /// Gives an order's units back (it was cancelled, or the database refused it) and lowers
+    /// its buyer's count, so they may buy again. Callers release an order once; a gate shared
+    /// by processes also ignores repeats.
+    async fn release(&self, order: &Order) -> Result<(), GateError>;
 
     /// Puts more units on sale.
     async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError>;

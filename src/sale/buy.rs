@@ -3,7 +3,8 @@
 //! and the session check happen before this, in the HTTP layer.
 
 use super::SaleService;
-use crate::domain::{Order, OrderId, OrderStatus, ProductId, Quantity, UserId};
+use super::catalog::Entry;
+use crate::domain::{Millis, Order, OrderId, OrderStatus, ProductId, Quantity, UserId};
 use crate::gate::{GateError, Rejection};
 use crate::store::Persisted;
 use std::sync::atomic::Ordering;
@@ -50,27 +51,15 @@ impl SaleService {
             paid_at: None,
             cancelled_at: None,
         };
-        match self.gate.reserve(&order, now).await {
-            Ok(_) => {}
-            Err(GateError::Rejected(Rejection::NotLoaded)) => {
-                let too_late = now >= entry.window.end;
-                return Err(if too_late {
-                    Rejection::Ended
-                } else {
-                    Rejection::NotStarted
-                }
-                .into());
-            }
-            Err(GateError::Rejected(rejection)) => {
-                if rejection == (Rejection::SoldOut { remaining: 0 }) {
-                    self.flag_sold_out(product_id).await;
-                }
-                return Err(rejection.into());
-            }
-            Err(GateError::Unavailable(e)) => return Err(BuyError::Unavailable(e)),
-        }
+        self.reserve(&order, &entry, now).await?;
         match self.orders.commit(order.clone()).await {
-            Ok(Persisted::Inserted | Persisted::Duplicate) => Ok(order),
+            Ok(Persisted::Inserted) => Ok(order),
+            Ok(Persisted::Duplicate) => {
+                // A fresh id already stored: two processes share a Snowflake node id.
+                tracing::error!(order = order.id.0, "order id collision: check node ids");
+                self.give_back(&order).await;
+                Err(BuyError::Unavailable(anyhow::anyhow!("order id collision")))
+            }
             Ok(Persisted::OutOfStock) => {
                 tracing::error!(
                     product = product_id.0,
@@ -83,6 +72,43 @@ impl SaleService {
                 self.give_back(&order).await;
                 Err(BuyError::Unavailable(e.into()))
             }
+        }
+    }
+
+    /// The gate's atomic step, mapped to buy errors. A product the catalog believes loaded but
+    /// the gate does not know was lost by the gate (Redis restarted without its data): it is
+    /// loaded again from the database, the source of truth, and the buy tried once more.
+    async fn reserve(&self, order: &Order, entry: &Entry, now: Millis) -> Result<(), BuyError> {
+        let mut result = self.gate.reserve(order, now).await;
+        if matches!(result, Err(GateError::Rejected(Rejection::NotLoaded)))
+            && entry.loaded.load(Ordering::SeqCst)
+        {
+            tracing::warn!(
+                product = order.product_id.0,
+                "the gate lost a product: reloading"
+            );
+            self.catalog.mark_unloaded(order.product_id);
+            self.preheat_due().await.map_err(BuyError::Unavailable)?;
+            result = self.gate.reserve(order, now).await;
+        }
+        match result {
+            Ok(_) => Ok(()),
+            Err(GateError::Rejected(Rejection::NotLoaded)) => {
+                let too_late = now >= entry.window.end;
+                Err(if too_late {
+                    Rejection::Ended
+                } else {
+                    Rejection::NotStarted
+                }
+                .into())
+            }
+            Err(GateError::Rejected(rejection)) => {
+                if rejection == (Rejection::SoldOut { remaining: 0 }) {
+                    self.flag_sold_out(order.product_id).await;
+                }
+                Err(rejection.into())
+            }
+            Err(GateError::Unavailable(e)) => Err(BuyError::Unavailable(e)),
         }
     }
 
@@ -103,10 +129,7 @@ impl SaleService {
 
     /// Returns an order's units to the gate and lifts the sold-out flag.
     pub(super) async fn give_back(&self, order: &Order) {
-        let released = self
-            .gate
-            .release(order.product_id, order.user_id, order.quantity.get())
-            .await;
+        let released = self.gate.release(order).await;
         match released {
             Ok(()) | Err(GateError::Rejected(Rejection::NotLoaded)) => {}
             Err(e) => {

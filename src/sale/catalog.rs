@@ -60,6 +60,13 @@ impl Catalog {
         }
     }
 
+    /// Forgets that a product is in the gate (the gate lost it), so the next preheat loads it.
+    pub fn mark_unloaded(&self, id: ProductId) {
+        if let Some(entry) = self.get(id) {
+            entry.loaded.store(false, Ordering::SeqCst);
+        }
+    }
+
     /// Clears the sold-out flag: stock came back.
     pub fn restock(&self, id: ProductId) {
         if let Some(entry) = self.get(id) {

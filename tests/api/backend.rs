@@ -1,8 +1,12 @@
-//! The database a test runs against, chosen for the whole run by `SECKILL_TEST_DATABASE`:
-//! `sqlite` (default), `postgres` or `mysql`. Each test gets a database of its own: a temporary
-//! SQLite file, or a fresh PostgreSQL / MySQL database on the local server
-//! (`SECKILL_TEST_POSTGRES_URL`, `SECKILL_TEST_MYSQL_URL` name the servers). A server that
-//! cannot be reached fails the test with the reason; nothing is skipped.
+//! The backends a test runs against, chosen for the whole run by environment variables:
+//!
+//! - `SECKILL_TEST_DATABASE`: `sqlite` (default), `postgres` or `mysql`. Each test gets a
+//!   database of its own: a temporary SQLite file, or a fresh PostgreSQL / MySQL database on the
+//!   local server (`SECKILL_TEST_POSTGRES_URL`, `SECKILL_TEST_MYSQL_URL` name the servers).
+//! - `SECKILL_TEST_REDIS=1`: the stock gate in Redis (`SECKILL_TEST_REDIS_URL`, default the
+//!   local one), each test under a key prefix of its own.
+//!
+//! A server that cannot be reached fails the test with the reason; nothing is skipped.
 
 use seckill::store::sql::Dialect;
 use sqlx::migrate::MigrateDatabase;
@@ -102,5 +106,47 @@ impl TestDatabase {
     /// `sql` with this database's placeholders.
     pub fn sql(&self, sql: &str) -> AssertSqlSafe<String> {
         AssertSqlSafe(self.dialect.placeholders(sql))
+    }
+}
+
+/// The Redis URL and a fresh key prefix, when this run puts the gate in Redis.
+pub async fn redis() -> Option<(String, String)> {
+    std::env::var("SECKILL_TEST_REDIS")
+        .ok()
+        .filter(|v| v == "1")?;
+    let url =
+        std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    STALE_KEYS_DROPPED
+        .get_or_init(|| drop_stale_keys(&url))
+        .await;
+    let prefix = format!(
+        "seckill-test:{}:{}:",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    );
+    Some((url, prefix))
+}
+
+static STALE_KEYS_DROPPED: OnceCell<()> = OnceCell::const_new();
+
+/// Keys left by earlier runs of this test binary.
+async fn drop_stale_keys(url: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut redis = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach the test Redis {url}: {e}"));
+    let mine = format!("seckill-test:{}:", std::process::id());
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("seckill-test:*")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    for key in keys.iter().filter(|k| !k.starts_with(&mine)) {
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
     }
 }

@@ -65,6 +65,10 @@ impl TestApp {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
         let mut config = test_config(&db);
+        if let Some((url, prefix)) = crate::backend::redis().await {
+            config.redis_url = Some(url);
+            config.redis_key_prefix = prefix;
+        }
         tweak(&mut config);
         let app = App::build(&config, clock).await.expect("app builds");
         let state = app.state().clone();

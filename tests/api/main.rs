@@ -10,3 +10,4 @@ mod helpers;
 mod pages;
 mod restart;
 mod sessions;
+mod shared_gate;

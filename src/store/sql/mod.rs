@@ -133,6 +133,42 @@ impl Statements {
 
 type AnyQuery<'q> = Query<'q, Any, AnyArguments>;
 
+/// How often a transaction that lost a deadlock or serialization conflict is tried again.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Runs a transaction again when the database aborted it for a conflict with a concurrent one
+/// (MySQL/InnoDB deadlocks between two servers' order batches, PostgreSQL serialization
+/// failures, SQLite busy). Such an abort rolled everything back, so trying again is safe.
+async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if tries < CONFLICT_RETRIES && is_conflict(&e.0) => {
+                tries += 1;
+                tracing::warn!(error = %e, tries, "transaction conflict: retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn is_conflict(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    // SQLSTATE 40001 (MySQL deadlock, PostgreSQL serialization failure), 40P01 (PostgreSQL
+    // deadlock), SQLite's SQLITE_BUSY (5) and its extended codes.
+    matches!(
+        db.code().as_deref(),
+        Some("40001" | "40P01" | "5" | "261" | "517")
+    )
+}
+
 fn query(sql: &Arc<str>) -> AnyQuery<'static> {
     // Every statement is assembled at start-up from literals in this module; no input reaches
     // the SQL text, only bound parameters.
@@ -187,6 +223,76 @@ impl SqlStore {
                 done.last_insert_id()
             })
         }
+    }
+
+    async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
+        let mut tx = self.pool.begin().await?;
+        let mut outcomes = Vec::with_capacity(orders.len());
+        for o in orders {
+            let units = i64::from(o.quantity.get());
+            let inserted = query(&self.sql.insert_order)
+                .bind(o.id.0)
+                .bind(o.user_id.0)
+                .bind(o.product_id.0)
+                .bind(o.product_name.clone())
+                .bind(o.unit_price.cents())
+                .bind(units)
+                .bind(o.total.cents())
+                .bind(o.status.as_str())
+                .bind(o.created_at)
+                .bind(o.pay_before)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if inserted == 0 {
+                outcomes.push(Persisted::Duplicate);
+                continue;
+            }
+            let taken = query(&self.sql.take_stock)
+                .bind(units)
+                .bind(o.product_id.0)
+                .bind(units)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if taken == 1 {
+                outcomes.push(Persisted::Inserted);
+            } else {
+                query(&self.sql.delete_order)
+                    .bind(o.id.0)
+                    .execute(&mut *tx)
+                    .await?;
+                outcomes.push(Persisted::OutOfStock);
+            }
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    async fn try_cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
+        let mut tx = self.pool.begin().await?;
+        let cancelled = query(&self.sql.cancel_order)
+            .bind(now)
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if cancelled == 0 {
+            return Ok(None);
+        }
+        let row = query(&self.sql.order)
+            .bind(id.0)
+            .fetch_one(&mut *tx)
+            .await?;
+        let order = rows::order(&row)?;
+        query(&self.sql.return_stock)
+            .bind(i64::from(order.quantity.get()))
+            .bind(now)
+            .bind(order.product_id.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(order))
     }
 
     async fn must_insert_id(&self, insert: AnyQuery<'_>) -> StoreResult<i64> {
@@ -351,47 +457,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
-        let mut tx = self.pool.begin().await?;
-        let mut outcomes = Vec::with_capacity(orders.len());
-        for o in orders {
-            let units = i64::from(o.quantity.get());
-            let inserted = query(&self.sql.insert_order)
-                .bind(o.id.0)
-                .bind(o.user_id.0)
-                .bind(o.product_id.0)
-                .bind(o.product_name.clone())
-                .bind(o.unit_price.cents())
-                .bind(units)
-                .bind(o.total.cents())
-                .bind(o.status.as_str())
-                .bind(o.created_at)
-                .bind(o.pay_before)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if inserted == 0 {
-                outcomes.push(Persisted::Duplicate);
-                continue;
-            }
-            let taken = query(&self.sql.take_stock)
-                .bind(units)
-                .bind(o.product_id.0)
-                .bind(units)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if taken == 1 {
-                outcomes.push(Persisted::Inserted);
-            } else {
-                query(&self.sql.delete_order)
-                    .bind(o.id.0)
-                    .execute(&mut *tx)
-                    .await?;
-                outcomes.push(Persisted::OutOfStock);
-            }
-        }
-        tx.commit().await?;
-        Ok(outcomes)
+        retry_conflicts(|| self.try_insert_orders(orders)).await
     }
 
     async fn order(&self, id: OrderId) -> StoreResult<Option<Order>> {
@@ -422,29 +488,7 @@ impl Store for SqlStore {
     }
 
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
-        let mut tx = self.pool.begin().await?;
-        let cancelled = query(&self.sql.cancel_order)
-            .bind(now)
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if cancelled == 0 {
-            return Ok(None);
-        }
-        let row = query(&self.sql.order)
-            .bind(id.0)
-            .fetch_one(&mut *tx)
-            .await?;
-        let order = rows::order(&row)?;
-        query(&self.sql.return_stock)
-            .bind(i64::from(order.quantity.get()))
-            .bind(now)
-            .bind(order.product_id.0)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Some(order))
+        retry_conflicts(|| self.try_cancel_order(id, now)).await
     }
 
     async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {

@@ -1,0 +1,176 @@
+//! The stock gate in Redis, shared by every server process: one Lua script per buy (EVALSHA,
+//! reloaded on NOSCRIPT by `redis::Script`), so the check-and-take is atomic without any lock.
+//! A product's keys share the hash tag `{p:ID}` so its scripts run on one shard of a cluster:
+//!
+//! - `PREFIX{p:ID}:sale`: hash of `remaining`, `start`, `end` (Unix ms), `limit`
+//! - `PREFIX{p:ID}:buyers`: hash of user id → units held
+//! - `PREFIX{p:ID}:released`: set of order ids whose units were given back (release runs once)
+
+use super::{GateError, GateProduct, Rejection, StockGate};
+use crate::domain::{Millis, Order, ProductId, SaleWindow};
+use anyhow::Context;
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static RESERVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/reserve.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/load.lua")));
+static UPDATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/update.lua")));
+
+/// The Redis [`StockGate`].
+pub struct RedisGate {
+    /// Multiplexed, reconnecting connection shared by all requests of this process.
+    redis: ConnectionManager,
+    /// Prepended to every key, so several deployments (or tests) share one Redis.
+    prefix: String,
+}
+
+/// The keys of one product.
+struct Keys {
+    sale: String,
+    buyers: String,
+    released: String,
+}
+
+impl RedisGate {
+    /// Connects to the Redis at `url`; keys start with `prefix`.
+    pub async fn connect(url: &str, prefix: &str) -> anyhow::Result<Self> {
+        let redis = connect(url).await?;
+        Ok(Self {
+            redis,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    fn keys(&self, id: ProductId) -> Keys {
+        let base = format!("{}{{p:{}}}", self.prefix, id.0);
+        Keys {
+            sale: format!("{base}:sale"),
+            buyers: format!("{base}:buyers"),
+            released: format!("{base}:released"),
+        }
+    }
+
+    async fn update(&self, id: ProductId, args: &[i64], op: &str) -> Result<(), GateError> {
+        let loaded: i64 = UPDATE
+            .key(self.keys(id).sale)
+            .arg(op)
+            .arg(args)
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)?;
+        if loaded == 1 {
+            Ok(())
+        } else {
+            Err(Rejection::NotLoaded.into())
+        }
+    }
+}
+
+/// A reconnecting, multiplexed connection. The driver's default 500 ms reply timeout would
+/// turn a busy moment into failed buys; a buy waits up to 5 s for its script instead.
+pub async fn connect(url: &str) -> anyhow::Result<ConnectionManager> {
+    let client = redis::Client::open(url).with_context(|| format!("redis URL {url}"))?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .with_context(|| format!("connecting to Redis at {url}"))
+}
+
+fn unavailable(e: redis::RedisError) -> GateError {
+    GateError::Unavailable(anyhow::Error::new(e).context("stock gate (Redis)"))
+}
+
+#[async_trait]
+impl StockGate for RedisGate {
+    async fn load(&self, p: GateProduct) -> Result<(), GateError> {
+        let keys = self.keys(p.id);
+        let mut call = LOAD.key(keys.sale);
+        call.key(keys.buyers)
+            .key(keys.released)
+            .arg(p.remaining)
+            .arg(p.window.start)
+            .arg(p.window.end)
+            .arg(p.per_user_limit);
+        for (user, units) in &p.holdings {
+            call.arg(user.0).arg(*units);
+        }
+        let _loaded_now: i64 = call
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn configure(
+        &self,
+        id: ProductId,
+        window: SaleWindow,
+        per_user_limit: u32,
+    ) -> Result<(), GateError> {
+        let args = [window.start, window.end, i64::from(per_user_limit)];
+        self.update(id, &args, "configure").await
+    }
+
+    async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
+        let keys = self.keys(order.product_id);
+        let (code, remaining): (i64, i64) = RESERVE
+            .key(keys.sale)
+            .key(keys.buyers)
+            .arg(order.user_id.0)
+            .arg(order.quantity.get())
+            .arg(now)
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)?;
+        let rejection = match code {
+            0 => return Ok(remaining),
+            -1 => Rejection::NotLoaded,
+            -2 => Rejection::NotStarted,
+            -3 => Rejection::Ended,
+            -4 => Rejection::LimitReached,
+            -5 => Rejection::SoldOut { remaining },
+            other => {
+                return Err(GateError::Unavailable(anyhow::anyhow!(
+                    "reserve script answered {other}"
+                )));
+            }
+        };
+        Err(rejection.into())
+    }
+
+    async fn release(&self, order: &Order) -> Result<(), GateError> {
+        let keys = self.keys(order.product_id);
+        let _released_now: i64 = RELEASE
+            .key(keys.sale)
+            .key(keys.buyers)
+            .key(keys.released)
+            .arg(order.user_id.0)
+            .arg(order.quantity.get())
+            .arg(order.id.0)
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError> {
+        self.update(id, &[units], "add").await
+    }
+
+    async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError> {
+        redis::cmd("HGET")
+            .arg(self.keys(id).sale)
+            .arg("remaining")
+            .query_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)
+    }
+}

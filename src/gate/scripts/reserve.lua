@@ -1,0 +1,26 @@
+-- The buy, in one atomic step. KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash
+-- (both under the product's hash tag, so they live on one shard). ARGV = user id, units, now
+-- (Unix ms). Returns {code, remaining}: 0 taken, -1 not loaded, -2 not started, -3 ended,
+-- -4 per-user limit reached, -5 not enough stock.
+local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit')
+if not sale[1] then
+  return {-1, 0}
+end
+local remaining = tonumber(sale[1])
+local now, units = tonumber(ARGV[3]), tonumber(ARGV[2])
+if now < tonumber(sale[2]) then
+  return {-2, remaining}
+end
+if now >= tonumber(sale[3]) then
+  return {-3, remaining}
+end
+local held = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if held + units > tonumber(sale[4]) then
+  return {-4, remaining}
+end
+-- `<`, not `<=`: the last unit sells.
+if remaining < units then
+  return {-5, remaining}
+end
+redis.call('HINCRBY', KEYS[2], ARGV[1], units)
+return {0, redis.call('HINCRBY', KEYS[1], 'remaining', -units)}

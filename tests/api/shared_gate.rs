@@ -1,0 +1,119 @@
+//! The stock gate in Redis, always on the local Redis whatever the run's backends: several
+//! server processes share it, and a Redis that lost its data is rebuilt from the database.
+
+use crate::backend::TestDatabase;
+use crate::helpers::{TestApp, code};
+use reqwest::StatusCode;
+use seckill::clock::SystemClock;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+fn redis_url() -> String {
+    std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn fresh_prefix() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("seckill-test:{}:shared{n}:", std::process::id())
+}
+
+async fn server_on(db: &Arc<TestDatabase>, prefix: &str) -> TestApp {
+    let prefix = prefix.to_owned();
+    TestApp::spawn_on(db.clone(), Arc::new(SystemClock), move |c| {
+        c.redis_url = Some(redis_url());
+        c.redis_key_prefix = prefix;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_servers_sharing_redis_and_a_database_sell_exactly_the_stock_once_per_buyer() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let first = Arc::new(server_on(&db, &prefix).await);
+    let stock = 50;
+    let product = first.live_product(stock, 1).await;
+    // The second server starts after the product exists and finds it in Redis already.
+    let second = Arc::new(server_on(&db, &prefix).await);
+    let tokens = first.users(600).await;
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(tokens.len() * 2));
+    let mut tasks = Vec::new();
+    for token in &tokens {
+        for server in [&first, &second] {
+            let (server, token, barrier) = (server.clone(), token.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let (status, body) = server.buy(&token, product, 1).await;
+                (token, status, body)
+            }));
+        }
+    }
+    let mut accepted = HashSet::new();
+    let mut buyers = HashSet::new();
+    for task in tasks {
+        let (token, status, body) = task.await.unwrap();
+        match status {
+            StatusCode::ACCEPTED => {
+                assert!(buyers.insert(token), "one buyer, two orders across servers");
+                let id = body["order_id"].as_str().unwrap().parse::<i64>().unwrap();
+                assert!(
+                    accepted.insert(id),
+                    "two servers answered the same order id"
+                );
+            }
+            StatusCode::CONFLICT => {
+                assert!(
+                    ["sold_out", "limit_reached"].contains(&code(&body)),
+                    "{body}"
+                )
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(accepted.len() as i64, stock);
+    let stored: HashSet<i64> = first.live_order_ids(product).await.into_iter().collect();
+    assert_eq!(stored, accepted);
+    assert_eq!(first.stored(product).await, (stock, stock, 0));
+    assert_eq!(second.product(product).await["remaining"], 0);
+}
+
+#[tokio::test]
+async fn a_redis_that_lost_its_data_is_rebuilt_from_the_database_without_overselling() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let app = server_on(&db, &prefix).await;
+    let product = app.live_product(3, 1).await;
+    let tokens = app.users(4).await;
+    app.buy_each(&tokens[..2], product).await;
+
+    // Redis restarts empty.
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let (status, body) = app.buy(&tokens[0], product, 1).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "limit_reached")
+    );
+    assert_eq!(app.product(product).await["remaining"], 1);
+    assert_eq!(
+        app.buy(&tokens[2], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (status, body) = app.buy(&tokens[3], product, 1).await;
+    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "sold_out"));
+    assert_eq!(app.stored(product).await, (3, 3, 0));
+}
