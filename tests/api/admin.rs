@@ -20,14 +20,7 @@ async fn the_admin_api_needs_the_admin_token() {
             (StatusCode::UNAUTHORIZED, "unauthorized")
         );
     }
-    let (status, events) = status_and_json(
-        app.client
-            .get(app.url("/api/v1/events"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, events) = app.get_json("/api/v1/events").await;
     assert_eq!((status, events), (StatusCode::OK, json!([])));
 }
 
@@ -99,14 +92,7 @@ async fn invalid_products_are_refused_with_the_reason() {
             (StatusCode::UNPROCESSABLE_ENTITY, expected)
         );
     }
-    let (_, products) = status_and_json(
-        app.client
-            .get(app.url("/api/v1/products/1"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (_, products) = app.get_json("/api/v1/products/1").await;
     assert_eq!(code(&products), "unknown_product", "nothing was created");
 }
 

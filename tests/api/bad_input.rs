@@ -184,14 +184,7 @@ async fn nobody_sees_or_touches_another_buyers_order() {
 #[tokio::test]
 async fn unknown_routes_and_methods_answer_json_errors() {
     let app = TestApp::spawn().await;
-    let (status, body) = status_and_json(
-        app.client
-            .get(app.url("/api/v1/nope"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = app.get_json("/api/v1/nope").await;
     assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
     let (status, body) = status_and_json(
         app.client

@@ -237,15 +237,14 @@ impl TestApp {
         status_and_json(response).await
     }
 
+    /// A GET's status and JSON body.
+    pub async fn get_json(&self, path: &str) -> (StatusCode, Value) {
+        status_and_json(self.client.get(self.url(path)).send().await.unwrap()).await
+    }
+
     /// The product as the public API shows it.
     pub async fn product(&self, id: i64) -> Value {
-        let response = self
-            .client
-            .get(self.url(&format!("/api/v1/products/{id}")))
-            .send()
-            .await
-            .unwrap();
-        let (status, body) = status_and_json(response).await;
+        let (status, body) = self.get_json(&format!("/api/v1/products/{id}")).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         body
     }
