@@ -102,15 +102,12 @@ async fn a_patched_limit_and_window_apply_to_a_live_sale() {
     let product = app.live_product(10, 1).await;
     let token = app.users(1).await.remove(0);
     assert_eq!(app.buy(&token, product, 1).await.0, StatusCode::ACCEPTED);
-    let response = app
-        .client
-        .patch(app.url(&format!("/api/v1/admin/products/{product}")))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .json(&json!({ "per_user_limit": 2, "name": "Renamed" }))
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = status_and_json(response).await;
+    let (status, body) = app
+        .admin_patch(
+            &format!("/api/v1/admin/products/{product}"),
+            json!({ "per_user_limit": 2, "name": "Renamed" }),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
         (body["name"].as_str(), body["remaining"].as_i64()),
@@ -119,15 +116,13 @@ async fn a_patched_limit_and_window_apply_to_a_live_sale() {
     assert_eq!(app.buy(&token, product, 1).await.0, StatusCode::ACCEPTED);
 
     let now = app.state.sale.now();
-    let response = app
-        .client
-        .patch(app.url(&format!("/api/v1/admin/products/{product}")))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .json(&json!({ "ends_at": rfc3339(now - 1) }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let (status, _) = app
+        .admin_patch(
+            &format!("/api/v1/admin/products/{product}"),
+            json!({ "ends_at": rfc3339(now - 1) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
     let (status, body) = app.buy(&app.users(1).await[0], product, 1).await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "ended"));
 }
@@ -136,15 +131,12 @@ async fn a_patched_limit_and_window_apply_to_a_live_sale() {
 async fn a_patch_that_would_price_the_sale_above_the_original_is_refused() {
     let app = TestApp::spawn().await;
     let product = app.live_product(10, 1).await;
-    let response = app
-        .client
-        .patch(app.url(&format!("/api/v1/admin/products/{product}")))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .json(&json!({ "original_price_cents": 100 }))
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = status_and_json(response).await;
+    let (status, body) = app
+        .admin_patch(
+            &format!("/api/v1/admin/products/{product}"),
+            json!({ "original_price_cents": 100 }),
+        )
+        .await;
     assert_eq!(
         (status, code(&body)),
         (StatusCode::UNPROCESSABLE_ENTITY, "invalid_price")

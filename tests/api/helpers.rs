@@ -158,9 +158,22 @@ impl TestApp {
 
     /// POSTs JSON to an admin route with the admin token.
     pub async fn admin_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let response = self
-            .client
-            .post(self.url(path))
+        self.admin_send(self.client.post(self.url(path)), body)
+            .await
+    }
+
+    /// PATCHes JSON to an admin route with the admin token.
+    pub async fn admin_patch(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.admin_send(self.client.patch(self.url(path)), body)
+            .await
+    }
+
+    async fn admin_send(
+        &self,
+        request: reqwest::RequestBuilder,
+        body: Value,
+    ) -> (StatusCode, Value) {
+        let response = request
             .bearer_auth(ADMIN_TOKEN)
             .json(&body)
             .send()
