@@ -250,6 +250,29 @@ impl TestApp {
         status_and_json(response).await
     }
 
+    /// After the gate lost its state (restart, Redis data loss) with 2 of 3 units sold, one each
+    /// to `tokens[0]` and `tokens[1]` (limit 1): the rebuilt gate knows both the stock and the
+    /// buyers, so the last unit sells once and the first buyer cannot buy again.
+    pub async fn assert_gate_rebuilt_after_two_of_three_sold(
+        &self,
+        product: i64,
+        tokens: &[String],
+    ) {
+        let (status, body) = self.buy(&tokens[0], product, 1).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::CONFLICT, "limit_reached")
+        );
+        assert_eq!(self.product(product).await["remaining"], 1);
+        assert_eq!(
+            self.buy(&tokens[2], product, 1).await.0,
+            StatusCode::ACCEPTED
+        );
+        let (status, body) = self.buy(&tokens[3], product, 1).await;
+        assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "sold_out"));
+        assert_eq!(self.stored(product).await, (3, 3, 0));
+    }
+
     /// A GET's status and JSON body.
     pub async fn get_json(&self, path: &str) -> (StatusCode, Value) {
         status_and_json(self.client.get(self.url(path)).send().await.unwrap()).await

@@ -1,8 +1,7 @@
 //! An accepted order survives a restart, and the gate is rebuilt from the database.
 
 use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, code};
-use reqwest::StatusCode;
+use crate::helpers::TestApp;
 use seckill::clock::SystemClock;
 use std::sync::Arc;
 
@@ -12,23 +11,10 @@ async fn after_a_restart_the_gate_knows_the_stock_and_the_buyers_from_the_databa
     let app = TestApp::spawn_on(db.clone(), Arc::new(SystemClock), |_| {}).await;
     let product = app.live_product(3, 1).await;
     let tokens = app.users(4).await;
-    for token in &tokens[..2] {
-        assert_eq!(app.buy(token, product, 1).await.0, StatusCode::ACCEPTED);
-    }
+    app.buy_each(&tokens[..2], product).await;
     app.stop().await;
 
     let app = TestApp::spawn_on(db, Arc::new(SystemClock), |_| {}).await;
-    assert_eq!(app.product(product).await["remaining"], 1);
-    let (status, body) = app.buy(&tokens[0], product, 1).await;
-    assert_eq!(
-        (status, code(&body)),
-        (StatusCode::CONFLICT, "limit_reached")
-    );
-    assert_eq!(
-        app.buy(&tokens[2], product, 1).await.0,
-        StatusCode::ACCEPTED
-    );
-    let (status, body) = app.buy(&tokens[3], product, 1).await;
-    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "sold_out"));
-    assert_eq!(app.stored(product).await, (3, 3, 0));
+    app.assert_gate_rebuilt_after_two_of_three_sold(product, &tokens)
+        .await;
 }
