@@ -26,6 +26,19 @@ pub struct Config {
     pub redis_url: Option<String>,
     /// Prefix of every Redis key (`SECKILL_REDIS_KEY_PREFIX`), so deployments can share a Redis.
     pub redis_key_prefix: String,
+    /// RabbitMQ (`SECKILL_AMQP_URL`, e.g. `amqp://guest:guest@127.0.0.1:5672/%2f`): the
+    /// outbox is relayed to its order queue, and deadlines run through its delay queue. Unset,
+    /// workers store orders straight from the Redis outbox stream.
+    pub amqp_url: Option<String>,
+    /// Prefix of every RabbitMQ exchange and queue name (`SECKILL_AMQP_PREFIX`).
+    pub amqp_prefix: String,
+    /// `seckill serve` also runs the worker's consumers (`SECKILL_RUN_WORKER`, or
+    /// `serve --worker`). Cluster mode only: embedded mode has no separate consumers.
+    pub run_worker: bool,
+    /// An outbox entry or queued message that a worker took but did not finish within this
+    /// time is taken over by another worker (`SECKILL_CLAIM_AFTER_MS`): how long a dead
+    /// worker's orders wait.
+    pub claim_after_ms: u64,
     /// Key that signs session tokens (`SECKILL_SECRET`, at least 32 bytes). Unset, a random
     /// one is generated on first start and kept in the database.
     pub secret: Option<Secret>,
@@ -47,7 +60,8 @@ pub struct Config {
     pub preheat_secs: u64,
     /// Largest request body accepted (`SECKILL_MAX_BODY_BYTES`).
     pub max_body_bytes: usize,
-    /// Most orders written in one group-commit transaction (`SECKILL_MAX_BATCH`).
+    /// Most orders written in one transaction, by group commit or a worker
+    /// (`SECKILL_MAX_BATCH`).
     pub max_batch: usize,
     /// Mark the session cookie `Secure` (serve over HTTPS) (`SECKILL_SECURE_COOKIES`).
     pub secure_cookies: bool,
@@ -87,6 +101,10 @@ impl Default for Config {
             payment_window_secs: 15 * 60,
             per_user_limit: 1,
             node_id: None,
+            amqp_url: None,
+            amqp_prefix: "seckill.".into(),
+            run_worker: false,
+            claim_after_ms: 15_000,
             session_ttl_secs: 7 * 24 * 3600,
             preheat_secs: 300,
             max_body_bytes: 16 * 1024,
@@ -164,6 +182,12 @@ impl Config {
             && axum::http::HeaderName::try_from(name.as_str()).is_err()
         {
             bail!("client_ip_header (SECKILL_CLIENT_IP_HEADER) is not a valid header name");
+        }
+        if self.amqp_url.is_some() && self.redis_url.is_none() {
+            bail!("amqp_url (SECKILL_AMQP_URL) needs redis_url: RabbitMQ carries the Redis outbox");
+        }
+        if self.claim_after_ms == 0 {
+            bail!("claim_after_ms must be positive");
         }
         let r = &self.rate_limit;
         if r.per_user_per_sec == 0 || r.per_ip_per_sec == 0 {

@@ -32,18 +32,16 @@ pub struct NodeLease {
 /// Takes a free node id under `prefix` and keeps renewing it. `on_lost` runs if the lease is
 /// lost; it must stop the process from making ids.
 pub async fn acquire(
-    redis_url: &str,
+    mut redis: ConnectionManager,
     prefix: &str,
     on_lost: impl FnOnce() + Send + 'static,
 ) -> anyhow::Result<NodeLease> {
-    let mut redis = crate::gate::redis::connect(redis_url)
-        .await
-        .context("leasing a node id")?;
     let owner = format!("{}:{}", std::process::id(), now_nanos());
     let start: u64 = redis::cmd("INCR")
         .arg(format!("{prefix}node-seq"))
         .query_async(&mut redis)
-        .await?;
+        .await
+        .context("leasing a node id")?;
     let slots = u64::from(MAX_NODE_ID) + 1;
     for offset in 0..slots {
         let node = ((start + offset) % slots) as u16;

@@ -3,6 +3,7 @@
 mod demo;
 mod migrate;
 mod serve;
+mod worker;
 
 use crate::config::Config;
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ enum Command {
     Migrate,
     /// Seed demo users and a demo sale, then exit.
     Demo,
+    /// Run the pipeline's consumers (cluster mode): store accepted orders, cancel unpaid ones.
+    Worker,
 }
 
 /// Parses the command line, runs the subcommand, and turns its error into a message and a
@@ -46,6 +49,7 @@ pub fn run() -> ExitCode {
                     Command::Serve(args) => serve::run(config, args).await,
                     Command::Migrate => migrate::run(config).await,
                     Command::Demo => demo::run(config).await,
+                    Command::Worker => worker::run(config).await,
                 }
             })
         });
@@ -68,4 +72,27 @@ fn init_tracing() {
         .with_ansi(std::io::IsTerminal::is_terminal(&stderr))
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// Completes on SIGINT or SIGTERM: the signal to finish the work in hand and exit.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing the work in flight");
 }

@@ -15,12 +15,20 @@ pub struct Args {
     /// Seed demo users and a sale that is live now (idempotent).
     #[arg(long)]
     demo: bool,
+    /// Also run the worker's consumers in this process (cluster mode; same as
+    /// `SECKILL_RUN_WORKER=true`).
+    #[arg(long)]
+    worker: bool,
 }
 
 /// Starts the server.
 pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     if let Some(addr) = args.addr {
         config.http_addr = addr;
+    }
+    config.run_worker |= args.worker;
+    if config.redis_url.is_some() && !config.run_worker {
+        println!("cluster mode: accepted orders wait in the Redis outbox for `seckill worker`");
     }
     if args.demo {
         let store = crate::app::open_store(&config).await?;
@@ -44,7 +52,7 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     if args.demo {
         print_demo_logins();
     }
-    app.serve(listener, shutdown_signal()).await
+    app.serve(listener, super::shutdown_signal()).await
 }
 
 /// Prints the demo shoppers' logins.
@@ -54,26 +62,4 @@ pub fn print_demo_logins() {
         .map(|(user, password)| format!("{user} / {password}"))
         .collect();
     println!("demo logins: {}", logins.join(", "));
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down: finishing requests in flight");
 }

@@ -78,3 +78,105 @@ impl Order {
         self.status == OrderStatus::AwaitingPayment && now >= self.pay_before
     }
 }
+
+/// How a new order travels from the gate's outbox through the queues to the workers: JSON,
+/// readable with `redis-cli` or the RabbitMQ console, and checked again on the way in because
+/// anything may sit in a queue.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WireOrder {
+    id: i64,
+    user: i64,
+    product: i64,
+    name: String,
+    price: i64,
+    qty: i64,
+    at: Millis,
+    due: Millis,
+}
+
+/// Why a queued order could not be read back.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed queued order: {0}")]
+pub struct MalformedOrder(String);
+
+impl Order {
+    /// The order as a queue message.
+    pub fn encode(&self) -> String {
+        let wire = WireOrder {
+            id: self.id.0,
+            user: self.user_id.0,
+            product: self.product_id.0,
+            name: self.product_name.clone(),
+            price: self.unit_price.cents(),
+            qty: i64::from(self.quantity.get()),
+            at: self.created_at,
+            due: self.pay_before,
+        };
+        serde_json::to_string(&wire).expect("an order always serializes")
+    }
+
+    /// Reads a queue message back into a new order awaiting payment.
+    pub fn decode(message: &[u8]) -> Result<Self, MalformedOrder> {
+        let wire: WireOrder =
+            serde_json::from_slice(message).map_err(|e| MalformedOrder(e.to_string()))?;
+        let unit_price =
+            Money::from_cents(wire.price).map_err(|e| MalformedOrder(e.to_string()))?;
+        let quantity = Quantity::parse(wire.qty).map_err(|e| MalformedOrder(e.to_string()))?;
+        Ok(Self {
+            id: OrderId(wire.id),
+            user_id: UserId(wire.user),
+            product_id: ProductId(wire.product),
+            product_name: wire.name,
+            unit_price,
+            quantity,
+            total: unit_price.times(quantity.get()),
+            status: OrderStatus::AwaitingPayment,
+            created_at: wire.at,
+            pay_before: wire.due,
+            paid_at: None,
+            cancelled_at: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order() -> Order {
+        let unit_price = Money::from_cents(4_999).unwrap();
+        Order {
+            id: OrderId(7_000_000_000_001),
+            user_id: UserId(42),
+            product_id: ProductId(3),
+            product_name: "手机 \"Pro\"".into(),
+            unit_price,
+            quantity: Quantity::parse(2).unwrap(),
+            total: unit_price.times(2),
+            status: OrderStatus::AwaitingPayment,
+            created_at: 1_000,
+            pay_before: 901_000,
+            paid_at: None,
+            cancelled_at: None,
+        }
+    }
+
+    #[test]
+    fn an_order_survives_the_queue() {
+        let order = order();
+        assert_eq!(Order::decode(order.encode().as_bytes()).unwrap(), order);
+    }
+
+    #[test]
+    fn a_bad_message_is_refused_not_trusted() {
+        let good = order().encode();
+        for bad in [
+            "",
+            "{}",
+            &good.replace("\"qty\":2", "\"qty\":0"),
+            &good.replace("\"price\":4999", "\"price\":-1"),
+        ] {
+            assert!(Order::decode(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+}

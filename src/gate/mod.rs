@@ -4,6 +4,7 @@
 //! after any sign of loss) it is rebuilt from the database.
 
 pub mod memory;
+pub mod outbox;
 pub mod redis;
 
 use crate::domain::{Millis, Order, ProductId, SaleWindow, UserId};
@@ -50,6 +51,13 @@ pub enum GateError {
 /// The atomic check-and-take at the heart of the buy path.
 #[async_trait]
 pub trait StockGate: Send + Sync + 'static {
+    /// Whether a successful [`reserve`](Self::reserve) also made the order durable by
+    /// appending it to an outbox that workers drain into the database. Then the buyer can be
+    /// answered at once; otherwise the order must be committed before the answer.
+    fn keeps_outbox(&self) -> bool {
+        false
+    }
+
     /// Loads a product unless it is loaded already (another process may have preheated it,
     /// and buys may be running against it).
     async fn load(&self, product: GateProduct) -> Result<(), GateError>;
@@ -63,7 +71,8 @@ pub trait StockGate: Send + Sync + 'static {
     ) -> Result<(), GateError>;
 
     /// One atomic step: sale open at `now`? buyer under the limit? enough stock? Then take the
-    /// units and record the buyer. Returns the units left.
+    /// units, record the buyer and (for a gate that [keeps an outbox](Self::keeps_outbox))
+    /// append the order. Returns the units left.
     async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError>;
 
     /// Gives an order's units back (it was cancelled, or the database refused it) and lowers
@@ -73,6 +82,11 @@ pub trait StockGate: Send + Sync + 'static {
 
     /// Puts more units on sale.
     async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError>;
+
+    /// Accepted orders of a product still in the outbox, not yet safe downstream.
+    async fn in_flight(&self, _id: ProductId) -> Result<u64, GateError> {
+        Ok(0)
+    }
 
     /// Units left, or `None` when the product is not loaded.
     async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError>;

@@ -5,6 +5,9 @@
 //! - `PREFIX{p:ID}:sale`: hash of `remaining`, `start`, `end` (Unix ms), `limit`
 //! - `PREFIX{p:ID}:buyers`: hash of user id → units held
 //! - `PREFIX{p:ID}:released`: set of order ids whose units were given back (release runs once)
+//! - `PREFIX{p:ID}:outbox`: stream of accepted orders not yet safe downstream, appended by the
+//!   buy script itself (see [`super::outbox`])
+//! - `PREFIX{p:ID}:dead`: stream of outbox entries no worker could ever store
 
 use super::{GateError, GateProduct, Rejection, StockGate};
 use crate::domain::{Millis, Order, ProductId, SaleWindow};
@@ -31,29 +34,39 @@ pub struct RedisGate {
 }
 
 /// The keys of one product.
-struct Keys {
-    sale: String,
-    buyers: String,
-    released: String,
+pub(super) struct Keys {
+    pub sale: String,
+    pub buyers: String,
+    pub released: String,
+    pub outbox: String,
+    pub dead: String,
 }
 
-impl RedisGate {
-    /// Connects to the Redis at `url`; keys start with `prefix`.
-    pub async fn connect(url: &str, prefix: &str) -> anyhow::Result<Self> {
-        let redis = connect(url).await?;
-        Ok(Self {
-            redis,
-            prefix: prefix.to_owned(),
-        })
-    }
-
-    fn keys(&self, id: ProductId) -> Keys {
-        let base = format!("{}{{p:{}}}", self.prefix, id.0);
-        Keys {
+impl Keys {
+    /// The keys of product `id` under `prefix`.
+    pub fn of(prefix: &str, id: ProductId) -> Self {
+        let base = format!("{prefix}{{p:{}}}", id.0);
+        Self {
             sale: format!("{base}:sale"),
             buyers: format!("{base}:buyers"),
             released: format!("{base}:released"),
+            outbox: format!("{base}:outbox"),
+            dead: format!("{base}:dead"),
         }
+    }
+}
+
+impl RedisGate {
+    /// The gate over `redis`; keys start with `prefix`.
+    pub fn new(redis: ConnectionManager, prefix: &str) -> Self {
+        Self {
+            redis,
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    fn keys(&self, id: ProductId) -> Keys {
+        Keys::of(&self.prefix, id)
     }
 
     async fn update(&self, id: ProductId, args: &[i64], op: &str) -> Result<(), GateError> {
@@ -90,15 +103,21 @@ fn unavailable(e: redis::RedisError) -> GateError {
 
 #[async_trait]
 impl StockGate for RedisGate {
+    fn keeps_outbox(&self) -> bool {
+        true
+    }
+
     async fn load(&self, p: GateProduct) -> Result<(), GateError> {
         let keys = self.keys(p.id);
         let mut call = LOAD.key(keys.sale);
         call.key(keys.buyers)
             .key(keys.released)
+            .key(keys.outbox)
             .arg(p.remaining)
             .arg(p.window.start)
             .arg(p.window.end)
-            .arg(p.per_user_limit);
+            .arg(p.per_user_limit)
+            .arg(super::outbox::GROUP);
         for (user, units) in &p.holdings {
             call.arg(user.0).arg(*units);
         }
@@ -124,9 +143,11 @@ impl StockGate for RedisGate {
         let (code, remaining): (i64, i64) = RESERVE
             .key(keys.sale)
             .key(keys.buyers)
+            .key(keys.outbox)
             .arg(order.user_id.0)
             .arg(order.quantity.get())
             .arg(now)
+            .arg(order.encode())
             .invoke_async(&mut self.redis.clone())
             .await
             .map_err(unavailable)?;
@@ -163,6 +184,14 @@ impl StockGate for RedisGate {
 
     async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError> {
         self.update(id, &[units], "add").await
+    }
+
+    async fn in_flight(&self, id: ProductId) -> Result<u64, GateError> {
+        redis::cmd("XLEN")
+            .arg(self.keys(id).outbox)
+            .query_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)
     }
 
     async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError> {

@@ -1,8 +1,10 @@
-//! The once-a-second housekeeping of a server: preheat products whose sale is near, and cancel
+//! The once-a-second housekeeping of every process: read products other processes created or
+//! changed, and — on the scheduler leader only — preheat products whose sale is near and cancel
 //! orders whose payment window closed (returning their stock). The database query is the
-//! deadline mechanism in embedded mode, so a crash loses no deadline: the next tick after a
-//! restart finds every overdue order.
+//! deadline mechanism in embedded mode and the backstop behind the delay queue in cluster mode,
+//! so a crash loses no deadline: the next tick after a restart finds every overdue order.
 
+use super::leader::Leadership;
 use crate::sale::SaleService;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,12 +12,22 @@ use tokio::task::JoinHandle;
 
 /// Starts the housekeeping loop; abort the handle to stop it (each step is its own
 /// transaction, so stopping between or inside steps loses nothing).
-pub fn spawn(sale: Arc<SaleService>, period: Duration) -> JoinHandle<()> {
+pub fn spawn(
+    sale: Arc<SaleService>,
+    mut leadership: Leadership,
+    period: Duration,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(period);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             interval.tick().await;
+            if let Err(e) = sale.refresh_catalog().await {
+                tracing::error!(error = ?e, "reading products failed");
+            }
+            if leadership.lead().await.is_none() {
+                continue;
+            }
             if let Err(e) = sale.preheat_due().await {
                 tracing::error!(error = ?e, "preheat failed");
             }

@@ -21,8 +21,9 @@ pub enum BuyError {
 }
 
 impl SaleService {
-    /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is committed
-    /// to the database, so an answered buy survives a crash.
+    /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is durable,
+    /// so an answered buy survives a crash: appended to the gate's outbox by the gate's own
+    /// atomic step (cluster mode), or committed to the database (embedded mode).
     pub async fn buy(
         &self,
         user: UserId,
@@ -52,6 +53,9 @@ impl SaleService {
             cancelled_at: None,
         };
         self.reserve(&order, &entry, now).await?;
+        if self.gate.keeps_outbox() {
+            return Ok(order);
+        }
         match self.orders.commit(order.clone()).await {
             Ok(Persisted::Inserted) => Ok(order),
             Ok(Persisted::Duplicate) => {
@@ -75,17 +79,18 @@ impl SaleService {
         }
     }
 
-    /// The gate's atomic step, mapped to buy errors. A product the catalog believes loaded but
-    /// the gate does not know was lost by the gate (Redis restarted without its data): it is
-    /// loaded again from the database, the source of truth, and the buy tried once more.
+    /// The gate's atomic step, mapped to buy errors. A product whose sale is due but which
+    /// the gate does not know was lost by the gate (Redis restarted without its data), or not
+    /// preheated yet by the scheduler: it is loaded from the database, the source of truth
+    /// (unless another process was first), and the buy tried once more.
     async fn reserve(&self, order: &Order, entry: &Entry, now: Millis) -> Result<(), BuyError> {
         let mut result = self.gate.reserve(order, now).await;
         if matches!(result, Err(GateError::Rejected(Rejection::NotLoaded)))
-            && entry.loaded.load(Ordering::SeqCst)
+            && Self::is_due(&entry.window, now, self.settings.preheat_ms)
         {
             tracing::warn!(
                 product = order.product_id.0,
-                "the gate lost a product: reloading"
+                "the gate does not hold a product on sale: loading it"
             );
             self.catalog.mark_unloaded(order.product_id);
             self.preheat_due().await.map_err(BuyError::Unavailable)?;

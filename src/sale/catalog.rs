@@ -74,6 +74,18 @@ impl Catalog {
         }
     }
 
+    /// Products whose preheat time has come, ended ones included: those that may have orders
+    /// in the outbox.
+    pub fn started(&self, now: Millis, preheat_ms: i64) -> Vec<ProductId> {
+        self.0
+            .read()
+            .expect("catalog lock poisoned")
+            .iter()
+            .filter(|(_, e)| e.window.start - preheat_ms <= now)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     pub fn due_for_preheat(&self, now: Millis, preheat_ms: i64) -> Vec<ProductId> {
         self.0
             .read()

@@ -12,7 +12,7 @@ pub use buy::BuyError;
 pub use orders::OrderError;
 
 use crate::clock::SharedClock;
-use crate::domain::{Millis, Product, SaleWindow};
+use crate::domain::{Millis, Product, ProductId, SaleWindow};
 use crate::gate::{GateProduct, StockGate};
 use crate::ids::Snowflake;
 use crate::pipeline::GroupCommit;
@@ -68,11 +68,33 @@ impl SaleService {
             settings,
             preheat_lock: tokio::sync::Mutex::new(()),
         });
-        for product in service.store.products().await? {
-            service.catalog.put(&product);
-        }
+        service.refresh_catalog().await?;
         service.preheat_due().await?;
         Ok(service)
+    }
+
+    /// Reads the products again from the database, so products another process created or
+    /// changed are sold here too. Run by the ticker.
+    pub async fn refresh_catalog(&self) -> anyhow::Result<()> {
+        for product in self.store.products().await? {
+            self.catalog.put(&product);
+        }
+        Ok(())
+    }
+
+    /// Products that may have orders in the gate's outbox: every product whose preheat time
+    /// has come.
+    pub fn products_started(&self) -> Vec<ProductId> {
+        self.catalog.started(self.now(), self.settings.preheat_ms)
+    }
+
+    /// Accepted orders still on their way from the gate's outbox to the database.
+    pub async fn orders_in_flight(&self) -> anyhow::Result<u64> {
+        let mut total = 0;
+        for id in self.products_started() {
+            total += self.gate.in_flight(id).await?;
+        }
+        Ok(total)
     }
 
     /// The current time, as the service sees it.

@@ -101,6 +101,15 @@ impl SaleService {
         }
     }
 
+    /// Cancels one order if its payment window has closed: the fast path of deadlines (the
+    /// delay queue), with the sweep as the backstop. True when this call cancelled it.
+    pub async fn expire(&self, id: OrderId) -> Result<bool, OrderError> {
+        match self.store.order(id).await? {
+            Some(order) if order.is_overdue(self.now()) => Ok(self.cancel_now(id).await?.is_some()),
+            _ => Ok(false),
+        }
+    }
+
     /// The one way an order gets cancelled: the conditional update, then (only for the caller
     /// that won it) the stock back to the gate. So the stock returns exactly once.
     async fn cancel_now(&self, id: OrderId) -> Result<Option<Order>, OrderError> {

@@ -68,6 +68,7 @@ impl TestApp {
         if let Some((url, prefix)) = crate::backend::redis().await {
             config.redis_url = Some(url);
             config.redis_key_prefix = prefix;
+            config.run_worker = true;
         }
         tweak(&mut config);
         let app = App::build(&config, clock).await.expect("app builds");
@@ -216,6 +217,23 @@ impl TestApp {
         status_and_json(response).await
     }
 
+    /// Waits until every accepted order is in the database (cluster mode answers a buy once
+    /// the order is in the outbox; a worker stores it a moment later).
+    pub async fn settle(&self) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let in_flight = self.state.sale.orders_in_flight().await.unwrap();
+            if in_flight == 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{in_flight} accepted orders still not stored after 30 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// One accepted buy of one unit per token; returns (token, order id) pairs.
     pub async fn buy_each(&self, tokens: &[String], product: i64) -> Vec<(String, String)> {
         let mut orders = Vec::with_capacity(tokens.len());
@@ -224,6 +242,7 @@ impl TestApp {
             assert_eq!(status, StatusCode::ACCEPTED, "{body}");
             orders.push((token.clone(), body["order_id"].as_str().unwrap().to_owned()));
         }
+        self.settle().await;
         orders
     }
 
@@ -240,6 +259,7 @@ impl TestApp {
         order_id: &str,
         action: &str,
     ) -> (StatusCode, Value) {
+        self.settle().await;
         let response = self
             .client
             .post(self.url(&format!("/api/v1/orders/{order_id}/{action}")))
@@ -292,6 +312,7 @@ impl TestApp {
 
     /// Ids of the orders of a product that are not cancelled, read straight from the database.
     pub async fn live_order_ids(&self, product: i64) -> Vec<i64> {
+        self.settle().await;
         let pool = self.pool().await;
         let ids = sqlx::query_scalar(
             self.db
@@ -308,6 +329,7 @@ impl TestApp {
     /// (orders, units not cancelled, database stock) of a product, read straight from the
     /// database.
     pub async fn stored(&self, product: i64) -> (i64, i64, i64) {
+        self.settle().await;
         let pool = self.pool().await;
         let units: Vec<i64> = sqlx::query_scalar(
             self.db

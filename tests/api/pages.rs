@@ -125,6 +125,7 @@ async fn the_sale_page_tells_a_buyer_who_reached_the_limit_instead_of_offering_t
     };
     assert!(!page(cookie.clone()).await.contains("data-held"));
     app.buy(&token, product["id"].as_i64().unwrap(), 1).await;
+    app.settle().await;
     let html = page(cookie).await;
     assert!(html.contains("data-held") && html.contains("已购买"));
 }

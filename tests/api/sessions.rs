@@ -55,6 +55,7 @@ async fn a_shopper_registers_signs_in_and_buys_with_the_session_cookie() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::ACCEPTED);
+    app.settle().await;
     let response = app
         .client
         .get(app.url("/api/v1/orders"))

@@ -1,7 +1,9 @@
--- The buy, in one atomic step. KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash
--- (both under the product's hash tag, so they live on one shard). ARGV = user id, units, now
--- (Unix ms). Returns {code, remaining}: 0 taken, -1 not loaded, -2 not started, -3 ended,
--- -4 per-user limit reached, -5 not enough stock.
+-- The buy, in one atomic step. KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash,
+-- KEYS[3] = its outbox stream (all under the product's hash tag, so they live on one shard).
+-- ARGV = user id, units, now (Unix ms), the encoded order. Returns {code, remaining}: 0 taken
+-- (and the order appended to the outbox, in the same step, so it cannot be lost between gate
+-- and queue), -1 not loaded, -2 not started, -3 ended, -4 per-user limit reached, -5 not
+-- enough stock.
 local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit')
 if not sale[1] then
   return {-1, 0}
@@ -23,4 +25,5 @@ if remaining < units then
   return {-5, remaining}
 end
 redis.call('HINCRBY', KEYS[2], ARGV[1], units)
+redis.call('XADD', KEYS[3], '*', 'user', ARGV[1], 'qty', ARGV[2], 'order', ARGV[4])
 return {0, redis.call('HINCRBY', KEYS[1], 'remaining', -units)}

@@ -1,0 +1,30 @@
+//! `seckill worker`: run cluster mode's consumers until SIGINT or SIGTERM, then finish the
+//! batches in hand, acknowledge them and exit.
+
+use crate::app::Core;
+use crate::clock::SystemClock;
+use crate::config::Config;
+use anyhow::bail;
+use std::sync::Arc;
+
+/// Runs the worker.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    if config.redis_url.is_none() {
+        bail!(
+            "`seckill worker` needs SECKILL_REDIS_URL: in embedded mode `seckill serve` stores \
+             its orders itself"
+        );
+    }
+    let core = Core::build(&config, Arc::new(SystemClock)).await?;
+    let Some(worker) = core.start_worker(&config).await? else {
+        bail!("no consumers to run");
+    };
+    println!(
+        "seckill worker is storing orders (database {})",
+        config.database_url
+    );
+    super::shutdown_signal().await;
+    worker.stop().await;
+    core.stop();
+    Ok(())
+}

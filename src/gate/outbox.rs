@@ -1,0 +1,173 @@
+//! The outbox: each product's Redis stream of accepted orders, appended by the buy script in
+//! the same atomic step that takes the stock, so no accepted order can fall between the gate
+//! and the queue. Workers read it through a consumer group: an entry goes to one reader, stays
+//! pending until that reader says it is safe downstream, and is claimed by another reader if
+//! the first one dies. Only then is it deleted, so the stream always holds exactly the orders
+//! in flight, which is what a gate rebuild must subtract from the database's stock.
+
+use super::redis::Keys;
+use crate::domain::order::MalformedOrder;
+use crate::domain::{Order, ProductId};
+use anyhow::Context;
+use redis::aio::ConnectionManager;
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use redis::{Script, Value};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// The consumer group every outbox reader belongs to.
+pub const GROUP: &str = "pipeline";
+
+static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/ack.lua")));
+
+/// One accepted order read from the outbox.
+pub struct OutboxEntry {
+    /// The stream entry id, to acknowledge it.
+    pub id: String,
+    /// The message as the buy script stored it, kept to bury it unchanged if it is unreadable.
+    pub raw: Vec<u8>,
+    pub order: Result<Order, MalformedOrder>,
+}
+
+/// A reader of the outbox: one per worker process.
+pub struct OutboxReader {
+    redis: ConnectionManager,
+    prefix: String,
+    /// This reader's name in the group; entries it takes are pending under it.
+    consumer: String,
+    /// How long an entry may stay pending under a reader before another one takes it over.
+    claim_after: Duration,
+}
+
+impl OutboxReader {
+    /// A reader named `consumer` over the outbox streams under `prefix`.
+    pub fn new(
+        redis: ConnectionManager,
+        prefix: &str,
+        consumer: String,
+        claim_after: Duration,
+    ) -> Self {
+        Self {
+            redis,
+            prefix: prefix.to_owned(),
+            consumer,
+            claim_after,
+        }
+    }
+
+    /// Takes over up to `max` entries of `product` that some reader took but did not finish
+    /// within the claim time (it died, or failed to store them).
+    pub async fn claim_stalled(
+        &self,
+        product: ProductId,
+        max: usize,
+    ) -> anyhow::Result<Vec<OutboxEntry>> {
+        let reply: Result<StreamAutoClaimReply, _> = redis::cmd("XAUTOCLAIM")
+            .arg(Keys::of(&self.prefix, product).outbox)
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg(self.claim_after.as_millis() as u64)
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(max)
+            .query_async(&mut self.redis.clone())
+            .await;
+        match reply {
+            Ok(reply) => Ok(reply.claimed.into_iter().map(entry).collect()),
+            Err(e) if no_stream(&e) => Ok(Vec::new()),
+            Err(e) => Err(e).context("claiming stalled outbox entries"),
+        }
+    }
+
+    /// Takes up to `max` new entries of `product`.
+    pub async fn take(&self, product: ProductId, max: usize) -> anyhow::Result<Vec<OutboxEntry>> {
+        let key = Keys::of(&self.prefix, product).outbox;
+        let reply: Result<Option<StreamReadReply>, _> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(max)
+            .arg("STREAMS")
+            .arg(&key)
+            .arg(">")
+            .query_async(&mut self.redis.clone())
+            .await;
+        match reply {
+            Ok(reply) => Ok(reply
+                .into_iter()
+                .flat_map(|r| r.keys)
+                .flat_map(|k| k.ids)
+                .map(entry)
+                .collect()),
+            Err(e) if no_stream(&e) => {
+                // A stream made before its group (an outbox older than its preheat): make the
+                // group from the stream's start so no entry is skipped.
+                let _: Result<(), _> = redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(&key)
+                    .arg(GROUP)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query_async(&mut self.redis.clone())
+                    .await;
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e).context("reading the outbox"),
+        }
+    }
+
+    /// Forgets entries whose orders are safe downstream.
+    pub async fn finish(&self, product: ProductId, ids: &[&str]) -> anyhow::Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let _deleted: i64 = ACK
+            .key(Keys::of(&self.prefix, product).outbox)
+            .arg(GROUP)
+            .arg(ids)
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .context("acknowledging outbox entries")?;
+        Ok(())
+    }
+
+    /// Moves an entry no worker can ever store to the product's dead stream, with the reason,
+    /// for an operator to look at (`seckill reconcile` counts them).
+    pub async fn bury(
+        &self,
+        product: ProductId,
+        entry: &OutboxEntry,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        let keys = Keys::of(&self.prefix, product);
+        let _: String = redis::cmd("XADD")
+            .arg(&keys.dead)
+            .arg("*")
+            .arg("order")
+            .arg(&entry.raw)
+            .arg("reason")
+            .arg(reason)
+            .query_async(&mut self.redis.clone())
+            .await
+            .context("burying an outbox entry")?;
+        self.finish(product, &[&entry.id]).await
+    }
+}
+
+fn entry(id: StreamId) -> OutboxEntry {
+    let raw = match id.map.get("order") {
+        Some(Value::BulkString(bytes)) => bytes.clone(),
+        _ => Vec::new(),
+    };
+    OutboxEntry {
+        order: Order::decode(&raw),
+        raw,
+        id: id.id,
+    }
+}
+
+/// The stream or its group does not exist yet: nothing was sold there.
+fn no_stream(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOGROUP") || e.to_string().contains("no such key")
+}

@@ -1,0 +1,115 @@
+//! Scheduler leadership: of all processes sharing a Redis, one at a time preheats sales and
+//! sweeps overdue orders. The lock is a Redis key with an expiry, holding a fencing token
+//! that grows with every new leader, so a process that paused past its expiry finds on its next
+//! renewal that it was deposed and stands down. Every scheduler step is idempotent and
+//! conditional (load-if-absent, cancel-if-awaiting), so the one step a deposed leader may still
+//! take is harmless; the lock keeps the crowd of processes from repeating the work.
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// How long leadership lasts without renewal: a dead leader is replaced after this.
+const LEASE: Duration = Duration::from_secs(5);
+
+/// Takes the lock when free, with the next fencing token. KEYS = lock, token counter (one hash
+/// tag). ARGV = lease ms. Returns the token, or 0 when another process leads.
+static TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
+return token
+",
+    )
+});
+
+/// Extends the lock only if it still holds our token. Returns 1 when extended.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+",
+    )
+});
+
+/// This process's claim on the scheduler.
+pub enum Leadership {
+    /// The only process (embedded mode): always leads.
+    Solo,
+    /// One of many processes sharing a Redis.
+    Shared {
+        redis: ConnectionManager,
+        lock: String,
+        counter: String,
+        /// Our fencing token while we lead.
+        token: Option<i64>,
+    },
+}
+
+impl Leadership {
+    /// Leadership among the processes using `prefix` on this Redis.
+    pub fn shared(redis: ConnectionManager, prefix: &str) -> Self {
+        Self::Shared {
+            redis,
+            lock: format!("{prefix}{{leader}}"),
+            counter: format!("{prefix}{{leader}}:token"),
+            token: None,
+        }
+    }
+
+    /// Whether this process leads now: renews the lock it holds or takes a free one. Returns
+    /// the fencing token (0 for a solo process).
+    pub async fn lead(&mut self) -> Option<i64> {
+        let Self::Shared {
+            redis,
+            lock,
+            counter,
+            token,
+        } = self
+        else {
+            return Some(0);
+        };
+        let lease_ms = LEASE.as_millis() as u64;
+        let result: Result<i64, _> = match *token {
+            Some(held) => RENEW
+                .key(&*lock)
+                .arg(held)
+                .arg(lease_ms)
+                .invoke_async(redis)
+                .await
+                .map(|renewed: i64| if renewed == 1 { held } else { 0 }),
+            None => {
+                TAKE.key(&*lock)
+                    .key(&*counter)
+                    .arg(lease_ms)
+                    .invoke_async(redis)
+                    .await
+            }
+        };
+        let now = match result {
+            Ok(0) => None,
+            Ok(t) => Some(t),
+            Err(e) => {
+                // Cannot tell: stand down rather than risk two leaders.
+                tracing::warn!(error = %e, "checking scheduler leadership");
+                None
+            }
+        };
+        if now != *token {
+            match now {
+                Some(t) => tracing::info!(token = t, "leading the scheduler"),
+                None => tracing::info!("no longer leading the scheduler"),
+            }
+            *token = now;
+        }
+        now
+    }
+}

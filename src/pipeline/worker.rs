@@ -1,0 +1,62 @@
+//! The consumers of cluster mode, run by `seckill worker` (or by `seckill serve --worker`):
+//! the outbox drain, and with RabbitMQ the relay and the queue consumers. Stopping is
+//! graceful: each loop finishes the batch in hand, acknowledges it, and exits.
+
+use super::drain::{Drain, Sink, StoreSink};
+use crate::gate::outbox::OutboxReader;
+use crate::sale::SaleService;
+use crate::store::Store;
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What a worker needs from the process around it.
+pub struct WorkerParts {
+    pub sale: Arc<SaleService>,
+    pub store: Arc<dyn Store>,
+    pub redis: ConnectionManager,
+    pub redis_key_prefix: String,
+    /// This process's name among the outbox's readers; unique while it lives.
+    pub name: String,
+    pub max_batch: usize,
+    pub claim_after: Duration,
+}
+
+/// Running consumers.
+pub struct Worker {
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the consumers.
+    pub async fn start(parts: WorkerParts) -> anyhow::Result<Self> {
+        let (stop, stopped) = watch::channel(false);
+        let reader = OutboxReader::new(
+            parts.redis,
+            &parts.redis_key_prefix,
+            parts.name,
+            parts.claim_after,
+        );
+        let sink: Arc<dyn Sink> = Arc::new(StoreSink(parts.store));
+        let drain = Drain {
+            reader,
+            sale: parts.sale,
+            sink,
+            max_batch: parts.max_batch,
+        };
+        let tasks = vec![tokio::spawn(drain.run(stopped))];
+        tracing::info!("worker started: draining the outbox into the database");
+        Ok(Self { stop, tasks })
+    }
+
+    /// Lets every loop finish and acknowledge the batch in hand, then returns.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
