@@ -12,6 +12,7 @@ use crate::http::AppState;
 use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
 use crate::lease;
+use crate::pipeline::amqp::Topology;
 use crate::pipeline::leader::Leadership;
 use crate::pipeline::worker::{Worker, WorkerParts};
 use crate::pipeline::{GroupCommit, ticker};
@@ -143,6 +144,12 @@ impl Core {
             name: format!("node-{}-pid-{}", self.node_id, std::process::id()),
             max_batch: config.max_batch,
             claim_after: Duration::from_millis(config.claim_after_ms),
+            amqp: config.amqp_url.as_ref().map(|url| {
+                let topology =
+                    Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
+                        .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000));
+                (url.clone(), topology)
+            }),
         })
         .await?;
         Ok(Some(worker))

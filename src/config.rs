@@ -32,6 +32,10 @@ pub struct Config {
     pub amqp_url: Option<String>,
     /// Prefix of every RabbitMQ exchange and queue name (`SECKILL_AMQP_PREFIX`).
     pub amqp_prefix: String,
+    /// Delete this deployment's RabbitMQ queues after they go unused this long
+    /// (`SECKILL_AMQP_QUEUE_EXPIRY_SECS`): for test runs and other throwaway deployments only,
+    /// since the delay queue has no consumers and expires with every deadline in it.
+    pub amqp_queue_expiry_secs: Option<u64>,
     /// `seckill serve` also runs the worker's consumers (`SECKILL_RUN_WORKER`, or
     /// `serve --worker`). Cluster mode only: embedded mode has no separate consumers.
     pub run_worker: bool,
@@ -103,6 +107,7 @@ impl Default for Config {
             node_id: None,
             amqp_url: None,
             amqp_prefix: "seckill.".into(),
+            amqp_queue_expiry_secs: None,
             run_worker: false,
             claim_after_ms: 15_000,
             session_ttl_secs: 7 * 24 * 3600,

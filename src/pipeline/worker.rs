@@ -2,6 +2,9 @@
 //! the outbox drain, and with RabbitMQ the relay and the queue consumers. Stopping is
 //! graceful: each loop finishes the batch in hand, acknowledges it, and exits.
 
+use super::amqp::Topology;
+use super::amqp::consumers::{CancelOverdue, Consume, StoreOrders};
+use super::amqp::relay::Relay;
 use super::drain::{Drain, Sink, StoreSink};
 use crate::gate::outbox::OutboxReader;
 use crate::sale::SaleService;
@@ -22,6 +25,8 @@ pub struct WorkerParts {
     pub name: String,
     pub max_batch: usize,
     pub claim_after: Duration,
+    /// RabbitMQ, when the outbox is relayed through it.
+    pub amqp: Option<(String, Topology)>,
 }
 
 /// Running consumers.
@@ -40,15 +45,47 @@ impl Worker {
             parts.name,
             parts.claim_after,
         );
-        let sink: Arc<dyn Sink> = Arc::new(StoreSink(parts.store));
+        let mut tasks = Vec::new();
+        let sink: Arc<dyn Sink> = match parts.amqp {
+            None => {
+                tracing::info!("worker: draining the outbox into the database");
+                Arc::new(StoreSink(parts.store))
+            }
+            Some((url, topology)) => {
+                // Fail at start, not in a loop, if the broker is unreachable.
+                super::amqp::connect(&url, &topology).await?;
+                let consume = |queue: String| Consume {
+                    url: url.clone(),
+                    topology: topology.clone(),
+                    queue,
+                    max_batch: parts.max_batch,
+                };
+                let orders = consume(topology.orders_queue()).run(
+                    StoreOrders {
+                        store: parts.store,
+                        topology: topology.clone(),
+                    },
+                    stopped.clone(),
+                );
+                let deadlines = consume(topology.deadline_queue()).run(
+                    CancelOverdue {
+                        sale: parts.sale.clone(),
+                    },
+                    stopped.clone(),
+                );
+                tasks.push(tokio::spawn(orders));
+                tasks.push(tokio::spawn(deadlines));
+                tracing::info!("worker: relaying the outbox to RabbitMQ and consuming its queues");
+                Arc::new(Relay::new(&url, topology))
+            }
+        };
         let drain = Drain {
             reader,
             sale: parts.sale,
             sink,
             max_batch: parts.max_batch,
         };
-        let tasks = vec![tokio::spawn(drain.run(stopped))];
-        tracing::info!("worker started: draining the outbox into the database");
+        tasks.push(tokio::spawn(drain.run(stopped)));
         Ok(Self { stop, tasks })
     }
 

@@ -88,11 +88,18 @@ impl SaleService {
         self.catalog.started(self.now(), self.settings.preheat_ms)
     }
 
-    /// Accepted orders still on their way from the gate's outbox to the database.
-    pub async fn orders_in_flight(&self) -> anyhow::Result<u64> {
+    /// Units the gate sold whose orders are not in the database yet: the database's stock
+    /// minus the gate's units left, over every product in the gate. Zero once the pipeline has
+    /// drained (and a cancel has returned its units to both).
+    pub async fn units_in_flight(&self) -> anyhow::Result<i64> {
         let mut total = 0;
         for id in self.products_started() {
-            total += self.gate.in_flight(id).await?;
+            if let (Some(left), Some(product)) = (
+                self.gate.remaining(id).await?,
+                self.store.product(id).await?,
+            ) {
+                total += product.stock - left;
+            }
         }
         Ok(total)
     }

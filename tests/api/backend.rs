@@ -4,7 +4,10 @@
 //!   database of its own: a temporary SQLite file, or a fresh PostgreSQL / MySQL database on the
 //!   local server (`SECKILL_TEST_POSTGRES_URL`, `SECKILL_TEST_MYSQL_URL` name the servers).
 //! - `SECKILL_TEST_REDIS=1`: the stock gate in Redis (`SECKILL_TEST_REDIS_URL`, default the
-//!   local one), each test under a key prefix of its own.
+//!   local one), each test under a key prefix of its own, with the outbox drained by a worker
+//!   inside the test server.
+//! - `SECKILL_TEST_AMQP=1`: the outbox relayed through RabbitMQ (`SECKILL_TEST_AMQP_URL`),
+//!   each test with queue names of its own.
 //!
 //! A server that cannot be reached fails the test with the reason; nothing is skipped.
 
@@ -121,6 +124,23 @@ pub async fn redis() -> Option<(String, String)> {
         .await;
     let prefix = format!(
         "seckill-test:{}:{}:",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    );
+    Some((url, prefix))
+}
+
+/// With `SECKILL_TEST_AMQP=1` (needs `SECKILL_TEST_REDIS=1`): RabbitMQ at
+/// `SECKILL_TEST_AMQP_URL` (default the local one) and exchange and queue names of this test's
+/// own. Its queues are declared to expire once unused, so failed runs leave nothing behind.
+pub fn amqp() -> Option<(String, String)> {
+    std::env::var("SECKILL_TEST_AMQP")
+        .ok()
+        .filter(|v| v == "1")?;
+    let url = std::env::var("SECKILL_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let prefix = format!(
+        "seckill-test.{}.{}.",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::SeqCst)
     );

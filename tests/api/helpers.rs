@@ -70,6 +70,11 @@ impl TestApp {
             config.redis_key_prefix = prefix;
             config.run_worker = true;
         }
+        if let Some((url, prefix)) = crate::backend::amqp() {
+            config.amqp_url = Some(url);
+            config.amqp_prefix = prefix;
+            config.amqp_queue_expiry_secs = Some(600);
+        }
         tweak(&mut config);
         let app = App::build(&config, clock).await.expect("app builds");
         let state = app.state().clone();
@@ -222,7 +227,7 @@ impl TestApp {
     pub async fn settle(&self) {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let in_flight = self.state.sale.orders_in_flight().await.unwrap();
+            let in_flight = self.state.sale.units_in_flight().await.unwrap();
             if in_flight == 0 {
                 return;
             }

@@ -23,6 +23,7 @@ async fn server_on(db: &Arc<TestDatabase>, prefix: &str) -> TestApp {
     TestApp::spawn_on(db.clone(), Arc::new(SystemClock), move |c| {
         c.redis_url = Some(redis_url());
         c.redis_key_prefix = prefix;
+        c.run_worker = true;
     })
     .await
 }
