@@ -16,12 +16,12 @@ use crate::pipeline::amqp::Topology;
 use crate::pipeline::leader::Leadership;
 use crate::pipeline::worker::{Worker, WorkerParts};
 use crate::pipeline::{GroupCommit, ticker};
+use crate::redis_link::RedisLink;
 use crate::sale::{SaleService, SaleSettings};
 use crate::store::Store;
 use crate::store::sql::SqlStore;
 use anyhow::Context;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
-use redis::aio::ConnectionManager;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,7 +65,7 @@ pub struct Core {
     pub store: Arc<dyn Store>,
     pub sale: Arc<SaleService>,
     /// The shared Redis, in cluster mode.
-    redis: Option<ConnectionManager>,
+    redis: Option<RedisLink>,
     node_id: u16,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -76,7 +76,7 @@ impl Core {
         config.validate()?;
         let store = open_store(config).await?;
         let redis = match &config.redis_url {
-            Some(url) => Some(crate::gate::redis::connect(url).await?),
+            Some(url) => Some(crate::redis_link::connect(url).await?),
             None => None,
         };
         let mut tasks = Vec::new();

@@ -4,9 +4,9 @@
 //! then hold the same id.
 
 use crate::ids::MAX_NODE_ID;
+use crate::redis_link::RedisLink;
 use anyhow::{Context, bail};
 use redis::Script;
-use redis::aio::ConnectionManager;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
@@ -32,7 +32,7 @@ pub struct NodeLease {
 /// Takes a free node id under `prefix` and keeps renewing it. `on_lost` runs if the lease is
 /// lost; it must stop the process from making ids.
 pub async fn acquire(
-    mut redis: ConnectionManager,
+    mut redis: RedisLink,
     prefix: &str,
     on_lost: impl FnOnce() + Send + 'static,
 ) -> anyhow::Result<NodeLease> {
@@ -67,7 +67,7 @@ pub async fn acquire(
 }
 
 async fn renew(
-    mut redis: ConnectionManager,
+    mut redis: RedisLink,
     key: String,
     owner: String,
     on_lost: impl FnOnce() + Send + 'static,

@@ -17,5 +17,6 @@ pub mod http;
 pub mod ids;
 pub mod lease;
 pub mod pipeline;
+pub mod redis_link;
 pub mod sale;
 pub mod store;

@@ -27,9 +27,6 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
         config.http_addr = addr;
     }
     config.run_worker |= args.worker;
-    if config.redis_url.is_some() && !config.run_worker {
-        println!("cluster mode: accepted orders wait in the Redis outbox for `seckill worker`");
-    }
     if args.demo {
         let store = crate::app::open_store(&config).await?;
         crate::demo::seed(&store, SystemClock.now_ms()).await?;
@@ -43,6 +40,9 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
         "seckill is selling at http://{addr}/  (database {})",
         config.database_url
     );
+    if config.redis_url.is_some() && !config.run_worker {
+        println!("cluster mode: accepted orders wait in the Redis outbox for `seckill worker`");
+    }
     if let Some(token) = app.generated_admin_token() {
         println!(
             "admin token (generated, stored in the database): {}",

@@ -22,6 +22,18 @@ pub struct GateProduct {
     pub holdings: Vec<(UserId, u32)>,
 }
 
+/// A product as the gate sees it. `remaining + in_flight_units` must equal the database's
+/// stock: the units the gate sold whose orders the database does not have yet are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateAudit {
+    pub remaining: i64,
+    /// Units of the orders waiting in the outbox.
+    pub in_flight_units: i64,
+    pub in_flight_orders: u64,
+    /// Outbox entries no worker could store, set aside for an operator.
+    pub dead: u64,
+}
+
 /// Why the gate turned a buy away. Each maps to one API error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
@@ -83,10 +95,12 @@ pub trait StockGate: Send + Sync + 'static {
     /// Puts more units on sale.
     async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError>;
 
-    /// Accepted orders of a product still in the outbox, not yet safe downstream.
-    async fn in_flight(&self, _id: ProductId) -> Result<u64, GateError> {
-        Ok(0)
-    }
+    /// What the gate holds for a product, to reconcile it with the database; `None` when the
+    /// product is not loaded.
+    async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError>;
+
+    /// Drops a product from the gate, so the next load rebuilds it from the database.
+    async fn forget(&self, id: ProductId) -> Result<(), GateError>;
 
     /// Units left, or `None` when the product is not loaded.
     async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError>;

@@ -8,8 +8,8 @@
 use super::redis::Keys;
 use crate::domain::order::MalformedOrder;
 use crate::domain::{Order, ProductId};
+use crate::redis_link::RedisLink;
 use anyhow::Context;
-use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use redis::{Script, Value};
 use std::sync::LazyLock;
@@ -31,7 +31,7 @@ pub struct OutboxEntry {
 
 /// A reader of the outbox: one per worker process.
 pub struct OutboxReader {
-    redis: ConnectionManager,
+    redis: RedisLink,
     prefix: String,
     /// This reader's name in the group; entries it takes are pending under it.
     consumer: String,
@@ -41,12 +41,7 @@ pub struct OutboxReader {
 
 impl OutboxReader {
     /// A reader named `consumer` over the outbox streams under `prefix`.
-    pub fn new(
-        redis: ConnectionManager,
-        prefix: &str,
-        consumer: String,
-        claim_after: Duration,
-    ) -> Self {
+    pub fn new(redis: RedisLink, prefix: &str, consumer: String, claim_after: Duration) -> Self {
         Self {
             redis,
             prefix: prefix.to_owned(),

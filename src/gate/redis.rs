@@ -9,14 +9,12 @@
 //!   buy script itself (see [`super::outbox`])
 //! - `PREFIX{p:ID}:dead`: stream of outbox entries no worker could ever store
 
-use super::{GateError, GateProduct, Rejection, StockGate};
+use super::{GateAudit, GateError, GateProduct, Rejection, StockGate};
 use crate::domain::{Millis, Order, ProductId, SaleWindow};
-use anyhow::Context;
+use crate::redis_link::RedisLink;
 use async_trait::async_trait;
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::LazyLock;
-use std::time::Duration;
 
 static RESERVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/reserve.lua")));
@@ -24,11 +22,12 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/load.lua")));
 static UPDATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/update.lua")));
+static AUDIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/audit.lua")));
 
 /// The Redis [`StockGate`].
 pub struct RedisGate {
     /// Multiplexed, reconnecting connection shared by all requests of this process.
-    redis: ConnectionManager,
+    redis: RedisLink,
     /// Prepended to every key, so several deployments (or tests) share one Redis.
     prefix: String,
 }
@@ -58,7 +57,7 @@ impl Keys {
 
 impl RedisGate {
     /// The gate over `redis`; keys start with `prefix`.
-    pub fn new(redis: ConnectionManager, prefix: &str) -> Self {
+    pub fn new(redis: RedisLink, prefix: &str) -> Self {
         Self {
             redis,
             prefix: prefix.to_owned(),
@@ -83,18 +82,6 @@ impl RedisGate {
             Err(Rejection::NotLoaded.into())
         }
     }
-}
-
-/// A reconnecting, multiplexed connection. The driver's default 500 ms reply timeout would
-/// turn a busy moment into failed buys; a buy waits up to 5 s for its script instead.
-pub async fn connect(url: &str) -> anyhow::Result<ConnectionManager> {
-    let client = redis::Client::open(url).with_context(|| format!("redis URL {url}"))?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(5)))
-        .set_response_timeout(Some(Duration::from_secs(5)));
-    ConnectionManager::new_with_config(client, config)
-        .await
-        .with_context(|| format!("connecting to Redis at {url}"))
 }
 
 fn unavailable(e: redis::RedisError) -> GateError {
@@ -186,9 +173,29 @@ impl StockGate for RedisGate {
         self.update(id, &[units], "add").await
     }
 
-    async fn in_flight(&self, id: ProductId) -> Result<u64, GateError> {
-        redis::cmd("XLEN")
-            .arg(self.keys(id).outbox)
+    async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError> {
+        let keys = self.keys(id);
+        let (remaining, in_flight_units, in_flight_orders, dead): (i64, i64, u64, u64) = AUDIT
+            .key(keys.sale)
+            .key(keys.outbox)
+            .key(keys.dead)
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok((remaining >= 0).then_some(GateAudit {
+            remaining,
+            in_flight_units,
+            in_flight_orders,
+            dead,
+        }))
+    }
+
+    async fn forget(&self, id: ProductId) -> Result<(), GateError> {
+        let keys = self.keys(id);
+        redis::cmd("DEL")
+            .arg(keys.sale)
+            .arg(keys.buyers)
+            .arg(keys.released)
             .query_async(&mut self.redis.clone())
             .await
             .map_err(unavailable)

@@ -5,8 +5,8 @@
 //! conditional (load-if-absent, cancel-if-awaiting), so the one step a deposed leader may still
 //! take is harmless; the lock keeps the crowd of processes from repeating the work.
 
+use crate::redis_link::RedisLink;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ pub enum Leadership {
     Solo,
     /// One of many processes sharing a Redis.
     Shared {
-        redis: ConnectionManager,
+        redis: RedisLink,
         lock: String,
         counter: String,
         /// Our fencing token while we lead.
@@ -56,7 +56,7 @@ pub enum Leadership {
 
 impl Leadership {
     /// Leadership among the processes using `prefix` on this Redis.
-    pub fn shared(redis: ConnectionManager, prefix: &str) -> Self {
+    pub fn shared(redis: RedisLink, prefix: &str) -> Self {
         Self::Shared {
             redis,
             lock: format!("{prefix}{{leader}}"),

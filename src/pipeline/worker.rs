@@ -7,9 +7,9 @@ use super::amqp::consumers::{CancelOverdue, Consume, StoreOrders};
 use super::amqp::relay::Relay;
 use super::drain::{Drain, Sink, StoreSink};
 use crate::gate::outbox::OutboxReader;
+use crate::redis_link::RedisLink;
 use crate::sale::SaleService;
 use crate::store::Store;
-use redis::aio::ConnectionManager;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 pub struct WorkerParts {
     pub sale: Arc<SaleService>,
     pub store: Arc<dyn Store>,
-    pub redis: ConnectionManager,
+    pub redis: RedisLink,
     pub redis_key_prefix: String,
     /// This process's name among the outbox's readers; unique while it lives.
     pub name: String,

@@ -151,11 +151,9 @@ static STALE_KEYS_DROPPED: OnceCell<()> = OnceCell::const_new();
 
 /// Keys left by earlier runs of this test binary.
 async fn drop_stale_keys(url: &str) {
-    let client = redis::Client::open(url).unwrap();
-    let mut redis = client
-        .get_multiplexed_async_connection()
+    let mut redis = seckill::redis_link::connect(url)
         .await
-        .unwrap_or_else(|e| panic!("cannot reach the test Redis {url}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot reach the test Redis {url}: {e:#}"));
     let mine = format!("seckill-test:{}:", std::process::id());
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("seckill-test:*")

@@ -16,6 +16,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+/// The session-signing secret of every test server, so tokens minted by one work on all.
+pub const SECRET: &str = "test-secret-0123456789abcdef0123456789";
 
 /// A running server and what a test needs to drive and inspect it.
 pub struct TestApp {
@@ -33,7 +35,7 @@ pub fn test_config(db: &TestDatabase) -> Config {
     let mut config = Config {
         database_url: db.url.clone(),
         database_max_connections: Some(4),
-        secret: Some(Secret::new("test-secret-0123456789abcdef0123456789".into())),
+        secret: Some(Secret::new(SECRET.into())),
         admin_token: Some(Secret::new(ADMIN_TOKEN.into())),
         ..Config::default()
     };
@@ -301,6 +303,12 @@ impl TestApp {
     /// A GET's status and JSON body.
     pub async fn get_json(&self, path: &str) -> (StatusCode, Value) {
         status_and_json(self.client.get(self.url(path)).send().await.unwrap()).await
+    }
+
+    /// A GET as a signed-in buyer.
+    pub async fn get_json_as(&self, token: &str, path: &str) -> (StatusCode, Value) {
+        let request = self.client.get(self.url(path)).bearer_auth(token);
+        status_and_json(request.send().await.unwrap()).await
     }
 
     /// The product as the public API shows it.

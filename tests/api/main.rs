@@ -8,6 +8,8 @@ mod buying;
 mod deadlines;
 mod helpers;
 mod pages;
+mod pipeline;
+mod processes;
 mod restart;
 mod sessions;
 mod shared_gate;

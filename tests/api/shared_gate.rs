@@ -8,11 +8,11 @@ use seckill::clock::SystemClock;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-fn redis_url() -> String {
+pub fn redis_url() -> String {
     std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-fn fresh_prefix() -> String {
+pub fn fresh_prefix() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     format!("seckill-test:{}:shared{n}:", std::process::id())
@@ -90,19 +90,20 @@ async fn a_redis_that_lost_its_data_is_rebuilt_from_the_database_without_oversel
     app.buy_each(&tokens[..2], product).await;
 
     // Redis restarts empty.
-    let client = redis::Client::open(redis_url()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let mut redis = seckill::redis_link::connect(&redis_url()).await.unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{prefix}*"))
         .query_async(&mut redis)
         .await
         .unwrap();
     assert!(!keys.is_empty());
-    let _: () = redis::cmd("DEL")
-        .arg(&keys)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    for key in keys {
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
 
     app.assert_gate_rebuilt_after_two_of_three_sold(product, &tokens)
         .await;

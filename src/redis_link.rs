@@ -1,0 +1,372 @@
+//! One Redis connection type for both deployments: a single Redis (or a primary behind a proxy)
+//! and a Redis Cluster.
+//!
+//! The rest of seckill talks to Redis through `redis::aio::ConnectionLike` only (commands,
+//! pipelines, `redis::Script::invoke_async`), so it does not care which kind it got: [`connect`]
+//! picks the kind from the URL and [`RedisLink`] hides the difference.
+//!
+//! Two things callers must still respect on a cluster:
+//! - every key one command, script or pipeline touches must hash to the same slot: give such keys
+//!   one hash tag (`seckill:{p42}:stock`, `seckill:{p42}:buyers`); the driver rejects a pipeline
+//!   across slots (CROSSSLOT) before sending it;
+//! - scripts are routed by their first key; `Script::invoke_async` loads the script on every
+//!   primary when a node answers NOSCRIPT, so scripts survive failovers and restarts.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::{Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, Value};
+
+/// How long one attempt to open a TCP connection to a node may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one reply may take. The driver's default (500 ms) turned a busy moment of the server
+/// (a slow script, a fork for a snapshot, a full run queue on our side) into failed purchases.
+/// Blocking reads (XREADGROUP BLOCK, BLPOP) need their own connection with a longer timeout.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The scheme that marks a comma-separated list of cluster seed nodes.
+const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// A cloneable, multiplexed connection to either a single Redis or a Redis Cluster.
+///
+/// Cloning is cheap and every clone shares the same connection(s), so one `RedisLink` per process
+/// is enough: hand out clones instead of opening more connections. Both kinds reconnect on their
+/// own after a lost connection (the single kind with backoff, the cluster kind per node, and it
+/// follows MOVED/ASK redirections and topology changes).
+#[derive(Clone)]
+pub enum RedisLink {
+    /// One Redis server, kept connected by the driver's connection manager.
+    Single(ConnectionManager),
+    /// A Redis Cluster: commands are routed to the primary that owns their key's slot.
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl RedisLink {
+    /// Whether this is a cluster connection. Callers need it for what a cluster does not offer
+    /// (more than database 0, commands whose keys span slots) and for logs.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, RedisLink::Cluster(_))
+    }
+}
+
+/// Shows the kind only, so structs holding a link can derive `Debug` (the driver's connection
+/// types do not all implement it).
+impl fmt::Debug for RedisLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RedisLink::Single(_) => "RedisLink::Single",
+            RedisLink::Cluster(_) => "RedisLink::Cluster",
+        })
+    }
+}
+
+/// Delegates to the connection inside, so `RedisLink` works wherever the driver takes a
+/// connection: `Cmd::query_async`, `Pipeline::query_async`, `Script::invoke_async`, `AsyncCommands`.
+impl ConnectionLike for RedisLink {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisLink::Single(connection) => connection.req_packed_command(cmd),
+            RedisLink::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisLink::Single(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            RedisLink::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisLink::Single(connection) => connection.get_db(),
+            RedisLink::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+/// Connects to a single Redis or a Redis Cluster, chosen by the URL:
+///
+/// - `redis://[user:password@]host:port[/db]`: a single Redis (also `valkey://`, `redis+unix://`);
+/// - `redis+cluster://[user:password@]host:port,host:port,...`: a cluster, given seed nodes (any
+///   reachable one is enough; the driver discovers the others);
+/// - `redis://host:port,redis://host:port,...`: a cluster as well, the seeds as full URLs.
+///
+/// `rediss://` (TLS) is refused with a clear message: this build leaves out the driver's TLS
+/// features (they pull a TLS stack in for a deployment that does not use it yet).
+///
+/// Both kinds wait up to 5 s for a connection and 5 s for each reply. It fails when no node
+/// answers, naming the URL without its credentials, so a wrong `redis_url` stops the start-up
+/// instead of failing the first purchase.
+pub async fn connect(url: &str) -> anyhow::Result<RedisLink> {
+    let shown = redact(url);
+    match parse(url).with_context(|| format!("invalid Redis URL {shown}"))? {
+        Target::Single(node) => {
+            let client =
+                redis::Client::open(node).with_context(|| format!("invalid Redis URL {shown}"))?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT));
+            let connection = ConnectionManager::new_with_config(client, config)
+                .await
+                .with_context(|| format!("cannot connect to Redis at {shown}"))?;
+            Ok(RedisLink::Single(connection))
+        }
+        Target::Cluster(nodes) => {
+            let client = ClusterClientBuilder::new(nodes)
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .build()
+                .with_context(|| format!("invalid Redis Cluster URL {shown}"))?;
+            let connection = client
+                .get_async_connection()
+                .await
+                .with_context(|| format!("cannot connect to the Redis Cluster at {shown}"))?;
+            Ok(RedisLink::Cluster(connection))
+        }
+    }
+}
+
+/// What a URL asks for, checked without any I/O (so start-up errors come before connecting).
+#[derive(Debug)]
+enum Target {
+    Single(ConnectionInfo),
+    Cluster(Vec<ConnectionInfo>),
+}
+
+/// Reads a Redis URL (see [`connect`] for the forms).
+fn parse(url: &str) -> anyhow::Result<Target> {
+    let url = url.trim();
+    if url.is_empty() {
+        bail!("the URL is empty");
+    }
+    let has_prefix = |prefix: &str| {
+        url.get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    };
+    if has_prefix("rediss") || has_prefix("valkeys") {
+        bail!(
+            "TLS (rediss://) is not supported by this build: the redis crate is built without \
+             its TLS features; use redis:// on a trusted network or a TLS tunnel"
+        );
+    }
+    if has_prefix(CLUSTER_SCHEME) {
+        return parse_cluster_seeds(&url[CLUSTER_SCHEME.len()..]).map(Target::Cluster);
+    }
+    if url.contains(',') {
+        let nodes = url
+            .split(',')
+            .map(|part| node(part.trim()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        return Ok(Target::Cluster(check_cluster_nodes(nodes)?));
+    }
+    let info = url
+        .into_connection_info()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Target::Single(info))
+}
+
+/// Reads the part after `redis+cluster://`: `[userinfo@]host:port,host:port,...[/0]`. The
+/// credentials, if any, apply to every node (a cluster has one set of them).
+fn parse_cluster_seeds(rest: &str) -> anyhow::Result<Vec<ConnectionInfo>> {
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => rest.split_at(at + 1),
+        None => ("", rest),
+    };
+    let (hosts, path) = match rest.find(['/', '?', '#']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    if !matches!(path, "" | "/" | "/0") {
+        bail!("a Redis Cluster has only database 0 and takes no options (found {path:?})");
+    }
+    let nodes = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|host| !host.is_empty())
+        .map(|host| {
+            if host.contains(':') {
+                node(&format!("redis://{userinfo}{host}"))
+            } else {
+                bail!("seed node {host:?} has no port (write host:port)")
+            }
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    check_cluster_nodes(nodes)
+}
+
+/// Reads one seed node's URL.
+fn node(url: &str) -> anyhow::Result<ConnectionInfo> {
+    if url.is_empty() {
+        bail!("empty seed node in the list (a stray comma?)");
+    }
+    url.into_connection_info()
+        .map_err(|e| anyhow::anyhow!("seed node {}: {e}", redact(url)))
+}
+
+/// Refuses what a cluster cannot do, before the driver gives a vaguer error.
+fn check_cluster_nodes(nodes: Vec<ConnectionInfo>) -> anyhow::Result<Vec<ConnectionInfo>> {
+    if nodes.is_empty() {
+        bail!("no seed nodes given");
+    }
+    for node in &nodes {
+        if matches!(node.addr(), redis::ConnectionAddr::Unix(_)) {
+            bail!(
+                "a Redis Cluster cannot be reached over a Unix socket (nodes announce TCP addresses)"
+            );
+        }
+        if node.redis_settings().db() != 0 {
+            bail!(
+                "a Redis Cluster has only database 0 (seed node {} asks for another)",
+                node.addr()
+            );
+        }
+    }
+    Ok(nodes)
+}
+
+/// The URL as it may appear in messages and logs: without user names, passwords and query
+/// options (`?pass=` exists), also inside a list of URLs and in malformed input.
+fn redact(url: &str) -> String {
+    let mut shown = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        shown.push_str(head);
+        // This URL runs until the next scheme (or the end); its credentials end at its last '@'.
+        let end = tail.find("://").map_or(tail.len(), |next| {
+            tail[..next].rfind(',').map_or(next, |comma| comma + 1)
+        });
+        let this = &tail[..end];
+        let this = this.rfind('@').map_or(this, |at| &this[at + 1..]);
+        match this.find('?') {
+            Some(query) => {
+                shown.push_str(&this[..query]);
+                shown.push_str("?…");
+                // Keep a following list separator, drop the options themselves.
+                if this.ends_with(',') {
+                    shown.push(',');
+                }
+            }
+            None => shown.push_str(this),
+        }
+        rest = &tail[end..];
+    }
+    // No scheme: show a bare host list, but never anything that looks like credentials.
+    match rest.rfind('@') {
+        Some(at) => shown.push_str(&rest[at + 1..]),
+        None => shown.push_str(rest),
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs(nodes: &[ConnectionInfo]) -> Vec<String> {
+        nodes.iter().map(|n| n.addr().to_string()).collect()
+    }
+
+    #[test]
+    fn a_plain_url_is_a_single_redis() {
+        let Ok(Target::Single(info)) = parse("redis://127.0.0.1:6379/3") else {
+            panic!("expected a single target");
+        };
+        assert_eq!(info.addr().to_string(), "127.0.0.1:6379");
+        assert_eq!(info.redis_settings().db(), 3);
+
+        let Ok(Target::Single(info)) = parse("redis://:secret@localhost") else {
+            panic!("expected a single target");
+        };
+        assert_eq!(info.addr().to_string(), "localhost:6379");
+        assert_eq!(info.redis_settings().password(), Some("secret"));
+    }
+
+    #[test]
+    fn the_cluster_scheme_lists_seed_nodes_sharing_credentials() {
+        let url = "redis+cluster://app:p%40ss@10.0.0.1:7000, 10.0.0.2:7001,10.0.0.3:7002/";
+        let Ok(Target::Cluster(nodes)) = parse(url) else {
+            panic!("expected a cluster target");
+        };
+        assert_eq!(
+            addrs(&nodes),
+            ["10.0.0.1:7000", "10.0.0.2:7001", "10.0.0.3:7002"]
+        );
+        for node in &nodes {
+            assert_eq!(node.redis_settings().username(), Some("app"));
+            assert_eq!(node.redis_settings().password(), Some("p@ss"));
+        }
+        let Ok(Target::Cluster(nodes)) = parse("REDIS+CLUSTER://h:7000") else {
+            panic!("expected a cluster target");
+        };
+        assert_eq!(addrs(&nodes), ["h:7000"]);
+    }
+
+    #[test]
+    fn a_list_of_urls_is_a_cluster() {
+        let Ok(Target::Cluster(nodes)) = parse("redis://a:7000,redis://b:7001") else {
+            panic!("expected a cluster target");
+        };
+        assert_eq!(addrs(&nodes), ["a:7000", "b:7001"]);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_the_reason() {
+        let error = |url: &str| match parse(url) {
+            Ok(target) => panic!("{url:?} was accepted as {target:?}"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(error("").contains("empty"));
+        assert!(error("rediss://h:6380").contains("TLS"));
+        assert!(
+            error("http://h:6379").contains("URL"),
+            "{}",
+            error("http://h:6379")
+        );
+        assert!(error("redis+cluster://").contains("no seed nodes"));
+        assert!(error("redis+cluster://h1").contains("no port"));
+        assert!(error("redis+cluster://h:7000/2").contains("only database 0"));
+        assert!(error("redis://a:7000,redis://b:7001/1").contains("only database 0"));
+        assert!(error("redis://a:7000,").contains("stray comma"));
+    }
+
+    #[test]
+    fn messages_never_show_credentials() {
+        assert_eq!(redact("redis://:pw@h:6379/0"), "redis://h:6379/0");
+        assert_eq!(redact("redis://u:p@w@h:6379"), "redis://h:6379");
+        assert_eq!(
+            redact("redis+cluster://u:pw@a:7000,b:7001"),
+            "redis+cluster://a:7000,b:7001"
+        );
+        assert_eq!(
+            redact("redis://u:pw@a:7000,redis://u:pw@b:7001"),
+            "redis://a:7000,redis://b:7001"
+        );
+        assert_eq!(
+            redact("redis+unix:///run/redis.sock?pass=pw"),
+            "redis+unix:///run/redis.sock?…"
+        );
+        assert_eq!(redact("u:pw@h:6379"), "h:6379");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+
+        let message = match parse("redis://u:secret@a:7000,redis://u:secret@b:7001/5") {
+            Ok(_) => panic!("a cluster URL with a database was accepted"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(!message.contains("secret"), "{message}");
+    }
+}

@@ -1,0 +1,228 @@
+//! Cluster mode as it is deployed: `seckill serve` and `seckill worker` as separate operating
+//! system processes of the real binary, sharing Redis, the database and (with
+//! `SECKILL_TEST_AMQP=1`) RabbitMQ. Buyers spread over two servers; workers are killed with
+//! SIGKILL mid-batch. An in-process server over the same backends mints tokens and reads what
+//! is stored.
+
+use crate::backend::{self, TestDatabase};
+use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp, code};
+use crate::shared_gate::{fresh_prefix, redis_url};
+use reqwest::StatusCode;
+use seckill::clock::SystemClock;
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The backends all processes of one test share.
+struct Cluster {
+    db: Arc<TestDatabase>,
+    prefix: String,
+    amqp: Option<(String, String)>,
+}
+
+impl Cluster {
+    fn new(db: Arc<TestDatabase>) -> Self {
+        Self {
+            db,
+            prefix: fresh_prefix(),
+            amqp: backend::amqp(),
+        }
+    }
+
+    /// The in-process server that mints tokens and reads the database; it runs no worker.
+    async fn observer(&self) -> TestApp {
+        let (prefix, amqp) = (self.prefix.clone(), self.amqp.clone());
+        TestApp::spawn_on(self.db.clone(), Arc::new(SystemClock), move |c| {
+            c.redis_url = Some(redis_url());
+            c.redis_key_prefix = prefix;
+            c.run_worker = false;
+            if let Some((url, prefix)) = amqp {
+                c.amqp_url = Some(url);
+                c.amqp_prefix = prefix;
+            }
+        })
+        .await
+    }
+
+    /// `seckill <subcommand>` over the shared backends, with `extra` environment.
+    fn command(&self, subcommand: &str, extra: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+        command
+            .arg(subcommand)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "warn")
+            .env("SECKILL_DATABASE_URL", &self.db.url)
+            .env("SECKILL_REDIS_URL", redis_url())
+            .env("SECKILL_REDIS_KEY_PREFIX", &self.prefix)
+            .env("SECKILL_SECRET", SECRET)
+            .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
+            .env("SECKILL_RATE_LIMIT__PER_IP_PER_SEC", "1000000")
+            .env("SECKILL_RATE_LIMIT__PER_IP_BURST", "1000000")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some((url, prefix)) = &self.amqp {
+            command
+                .env("SECKILL_AMQP_URL", url)
+                .env("SECKILL_AMQP_PREFIX", prefix)
+                .env("SECKILL_AMQP_QUEUE_EXPIRY_SECS", "600");
+        }
+        for (key, value) in extra {
+            command.env(key, value);
+        }
+        command
+    }
+
+    /// Starts a process and waits for the first line it prints (it is ready then).
+    async fn start(&self, subcommand: &str, extra: &[(&str, &str)]) -> (Child, String) {
+        let mut child = self.command(subcommand, extra).spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("seckill {subcommand} did not start within 30 s"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("seckill {subcommand} exited before it was ready"));
+        // Keep draining its output so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        (child, line)
+    }
+
+    /// A server process; returns it and its base URL.
+    async fn server(&self) -> (Child, String) {
+        let (child, line) = self.start("serve", &[]).await;
+        let base = line
+            .split_whitespace()
+            .find(|word| word.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .trim_end_matches('/')
+            .to_owned();
+        (child, base)
+    }
+}
+
+/// Buys one unit per token, spread over `servers` in turn, all at once (at most 256 requests
+/// in flight). Returns the accepted order ids, after checking every other answer is a
+/// legitimate refusal and no buyer got two orders.
+async fn buy_spread(
+    client: &reqwest::Client,
+    servers: &[String],
+    tokens: &[String],
+    product: i64,
+) -> HashSet<i64> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(256));
+    let mut tasks = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let url = format!("{}/api/v1/orders", servers[i % servers.len()]);
+        let (client, token, gate) = (client.clone(), token.clone(), gate.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = gate.acquire().await.unwrap();
+            let response = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&serde_json::json!({ "product_id": product, "quantity": 1 }))
+                .send()
+                .await
+                .unwrap();
+            crate::helpers::status_and_json(response).await
+        }));
+    }
+    let mut accepted = HashSet::new();
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        match status {
+            StatusCode::ACCEPTED => {
+                let id = body["order_id"].as_str().unwrap().parse().unwrap();
+                assert!(accepted.insert(id), "two answers with one order id");
+            }
+            StatusCode::CONFLICT => assert_eq!(code(&body), "sold_out", "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    accepted
+}
+
+/// Orders stored for `product`, straight from the database.
+async fn stored_count(app: &TestApp, product: i64) -> i64 {
+    let pool = app.pool().await;
+    let n = sqlx::query_scalar(
+        app.db
+            .sql("SELECT COUNT(*) FROM orders WHERE product_id = ?"),
+    )
+    .bind(product)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
+    let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
+    let observer = cluster.observer().await;
+    let stock = 300;
+    let product = observer.live_product(stock, 1).await;
+    let tokens = observer.users(3_000).await;
+    let (_first, first) = cluster.server().await;
+    let (_second, second) = cluster.server().await;
+    let (_worker, _) = cluster.start("worker", &[]).await;
+
+    let accepted = buy_spread(&observer.client, &[first, second], &tokens, product).await;
+
+    assert_eq!(accepted.len() as i64, stock);
+    let stored: HashSet<i64> = observer.live_order_ids(product).await.into_iter().collect();
+    assert_eq!(
+        stored, accepted,
+        "every accepted order, and only those, is stored"
+    );
+    assert_eq!(observer.stored(product).await, (stock, stock, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
+    let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
+    let observer = cluster.observer().await;
+    let stock = 2_000;
+    let product = observer.live_product(stock, 1).await;
+    let tokens = observer.users(stock as usize).await;
+    let (_server, server) = cluster.server().await;
+    // No worker yet: every accepted order waits in the outbox.
+    let accepted = buy_spread(&observer.client, &[server], &tokens, product).await;
+    assert_eq!(accepted.len() as i64, stock);
+    assert_eq!(stored_count(&observer, product).await, 0);
+
+    // Small batches, so the kill lands between and inside them; a dead worker's entries and
+    // messages are taken over after one second.
+    let slow = [
+        ("SECKILL_MAX_BATCH", "20"),
+        ("SECKILL_CLAIM_AFTER_MS", "1000"),
+    ];
+    let (mut doomed, _) = cluster.start("worker", &slow).await;
+    let stored_at_kill = loop {
+        let n = stored_count(&observer, product).await;
+        if n > 0 {
+            doomed.start_kill().unwrap();
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    doomed.wait().await.unwrap();
+    assert!(
+        stored_at_kill < stock,
+        "the worker finished before it was killed: the test proved nothing"
+    );
+
+    let (_survivor, _) = cluster.start("worker", &slow).await;
+    let stored: HashSet<i64> = observer.live_order_ids(product).await.into_iter().collect();
+    assert_eq!(
+        stored, accepted,
+        "every accepted order, and only those, is stored"
+    );
+    // Stock taken exactly once per order: a duplicate would have taken it twice.
+    assert_eq!(observer.stored(product).await, (stock, stock, 0));
+}
