@@ -2,6 +2,7 @@
 
 mod demo;
 mod migrate;
+mod reconcile;
 mod serve;
 mod worker;
 
@@ -31,6 +32,9 @@ enum Command {
     Demo,
     /// Run the pipeline's consumers (cluster mode): store accepted orders, cancel unpaid ones.
     Worker,
+    /// Check that the stock gate and the database agree, product by product; exits non-zero
+    /// when they do not.
+    Reconcile(reconcile::Args),
 }
 
 /// Parses the command line, runs the subcommand, and turns its error into a message and a
@@ -50,6 +54,7 @@ pub fn run() -> ExitCode {
                     Command::Migrate => migrate::run(config).await,
                     Command::Demo => demo::run(config).await,
                     Command::Worker => worker::run(config).await,
+                    Command::Reconcile(args) => reconcile::run(config, args).await,
                 }
             })
         });

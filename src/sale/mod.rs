@@ -6,10 +6,12 @@ mod admin;
 mod buy;
 mod catalog;
 mod orders;
+mod reconcile;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::BuyError;
 pub use orders::OrderError;
+pub use reconcile::ProductAudit;
 
 use crate::clock::SharedClock;
 use crate::domain::{Millis, Product, ProductId, SaleWindow};

@@ -226,3 +226,42 @@ async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
     // Stock taken exactly once per order: a duplicate would have taken it twice.
     assert_eq!(observer.stored(product).await, (stock, stock, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_reports_gate_drift_and_repair_rebuilds_the_gate() {
+    let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
+    let observer = cluster.observer().await;
+    let product = observer.live_product(5, 1).await;
+    let tokens = observer.users(2).await;
+    let (_worker, _) = cluster.start("worker", &[]).await;
+    observer.buy_each(&tokens, product).await;
+    let reconcile = |repair: bool| {
+        let mut command = cluster.command("reconcile", &[]);
+        if repair {
+            command.arg("--repair");
+        }
+        async move {
+            let output = command.stderr(Stdio::piped()).output().await.unwrap();
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            (output.status.success(), text)
+        }
+    };
+    let (balanced, report) = reconcile(false).await;
+    assert!(balanced, "{report}");
+
+    // The gate loses two units (a crash between a cancel in the database and its release).
+    let mut redis = seckill::redis_link::connect(&redis_url()).await.unwrap();
+    let _: i64 = redis::cmd("HINCRBY")
+        .arg(format!("{}{{p:{product}}}:sale", cluster.prefix))
+        .arg("remaining")
+        .arg(-2)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let (balanced, report) = reconcile(false).await;
+    assert!(!balanced && report.contains("GATE SHORT"), "{report}");
+
+    let (balanced, report) = reconcile(true).await;
+    assert!(balanced && report.contains("gate rebuilt"), "{report}");
+    assert_eq!(observer.product(product).await["remaining"], 3);
+}

@@ -1,0 +1,105 @@
+//! Reconciling the stock gate with the database, the source of truth. Two ledgers must balance
+//! for every product:
+//!
+//! - in the database, `stock_total = stock + units of orders not cancelled`;
+//! - between gate and database, `database stock = gate's units left + units in the outbox`
+//!   (sold by the gate, not stored yet).
+//!
+//! The pipeline moves units between the outbox and the database while they are read, so a
+//! product that does not balance is measured again a few times before it is reported.
+
+use super::SaleService;
+use crate::domain::{Product, ProductId};
+use crate::gate::GateAudit;
+use std::time::Duration;
+
+/// One product's ledgers.
+#[derive(Debug, Clone)]
+pub struct ProductAudit {
+    pub product: Product,
+    /// Units of the product's orders that are not cancelled, in the database.
+    pub sold: i64,
+    /// The gate's side; `None` when the product is not in the gate.
+    pub gate: Option<GateAudit>,
+}
+
+impl ProductAudit {
+    /// Units the database itself cannot account for (zero unless it was edited by hand).
+    pub fn ledger_drift(&self) -> i64 {
+        self.product.stock_total - self.product.stock - self.sold
+    }
+
+    /// Database stock minus what the gate accounts for. Positive: the gate lost units and
+    /// undersells. Negative: the gate would sell units the database does not have.
+    pub fn gate_drift(&self) -> i64 {
+        self.gate.map_or(0, |gate| {
+            self.product.stock - gate.remaining - gate.in_flight_units
+        })
+    }
+
+    /// Both ledgers balance and nothing was set aside.
+    pub fn balances(&self) -> bool {
+        self.ledger_drift() == 0 && self.gate_drift() == 0 && self.gate.is_none_or(|g| g.dead == 0)
+    }
+}
+
+/// How often an unbalanced product is measured before it is reported.
+const MEASUREMENTS: usize = 5;
+
+impl SaleService {
+    /// Audits every product.
+    pub async fn audit(&self) -> anyhow::Result<Vec<ProductAudit>> {
+        let mut audits = Vec::new();
+        for product in self.store.products().await? {
+            audits.push(self.audit_product(product.id).await?);
+        }
+        Ok(audits)
+    }
+
+    async fn audit_product(&self, id: ProductId) -> anyhow::Result<ProductAudit> {
+        let mut audit = self.measure(id).await?;
+        for _ in 1..MEASUREMENTS {
+            if audit.balances() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            audit = self.measure(id).await?;
+        }
+        Ok(audit)
+    }
+
+    /// The database first, then the gate: a worker storing orders in between makes the gate
+    /// look short (a passing positive drift), never long.
+    async fn measure(&self, id: ProductId) -> anyhow::Result<ProductAudit> {
+        let product = self
+            .store
+            .product(id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("product {} vanished", id.0))?;
+        let sold = self
+            .store
+            .holdings(id)
+            .await?
+            .iter()
+            .map(|(_, units)| i64::from(*units))
+            .sum();
+        let gate = self.gate.audit(id).await?;
+        Ok(ProductAudit {
+            product,
+            sold,
+            gate,
+        })
+    }
+
+    /// Rebuilds a product's gate entry from the database and the outbox, the same way a gate
+    /// that lost its data is rebuilt.
+    pub async fn rebuild_gate(&self, id: ProductId) -> anyhow::Result<()> {
+        let _serialized = self.preheat_lock.lock().await;
+        self.gate.forget(id).await?;
+        self.catalog.mark_unloaded(id);
+        if let Some(product) = self.store.product(id).await? {
+            self.preheat(&product).await?;
+        }
+        Ok(())
+    }
+}
