@@ -33,7 +33,12 @@ use tokio::task::JoinHandle;
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store = SqlStore::connect(&config.database_url, config.database_max_connections)
         .await
-        .with_context(|| format!("opening the database {}", config.database_url))?;
+        .with_context(|| {
+            format!(
+                "opening the database {}",
+                crate::redact::url(&config.database_url)
+            )
+        })?;
     Ok(Arc::new(store))
 }
 
@@ -76,7 +81,11 @@ impl Core {
         config.validate()?;
         let store = open_store(config).await?;
         let redis = match &config.redis_url {
-            Some(url) => Some(crate::redis_link::connect(url).await?),
+            Some(url) => {
+                let redis = crate::redis_link::connect(url).await?;
+                crate::gate::redis::warn_unless_durable(&redis).await;
+                Some(redis)
+            }
             None => None,
         };
         let mut tasks = Vec::new();

@@ -17,6 +17,7 @@ pub mod http;
 pub mod ids;
 pub mod lease;
 pub mod pipeline;
+pub mod redact;
 pub mod redis_link;
 pub mod sale;
 pub mod store;

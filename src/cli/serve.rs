@@ -38,7 +38,7 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     println!(
         "seckill is selling at http://{addr}/  (database {})",
-        config.database_url
+        crate::redact::url(&config.database_url)
     );
     if config.redis_url.is_some() && !config.run_worker {
         println!("cluster mode: accepted orders wait in the Redis outbox for `seckill worker`");

@@ -21,7 +21,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     println!(
         "seckill worker is storing orders (database {})",
-        config.database_url
+        crate::redact::url(&config.database_url)
     );
     super::shutdown_signal().await;
     worker.stop().await;

@@ -84,6 +84,40 @@ impl RedisGate {
     }
 }
 
+/// Warns when Redis is set up so that it may lose accepted orders or gate state: in cluster mode
+/// an order is acknowledged once it is in the Redis outbox, so Redis must persist it, and must
+/// never evict a key to make room. Redis that hides its configuration (managed services) is
+/// trusted.
+pub async fn warn_unless_durable(redis: &RedisLink) {
+    let mut redis = redis.clone();
+    if config_value(&mut redis, "appendonly").await.as_deref() == Some("no") {
+        tracing::warn!(
+            "Redis runs without its append-only file: a Redis restart loses the orders still \
+             in the outbox (set appendonly yes)"
+        );
+    }
+    if let Some(policy) = config_value(&mut redis, "maxmemory-policy").await
+        && policy != "noeviction"
+    {
+        tracing::warn!(
+            policy,
+            "Redis may evict keys when full: set maxmemory-policy noeviction so it refuses \
+             buys instead of dropping orders"
+        );
+    }
+}
+
+/// A Redis setting, or `None` when Redis does not tell.
+async fn config_value(redis: &mut RedisLink, name: &str) -> Option<String> {
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query_async(redis)
+        .await
+        .ok()?;
+    pair.into_iter().nth(1)
+}
+
 fn unavailable(e: redis::RedisError) -> GateError {
     GateError::Unavailable(anyhow::Error::new(e).context("stock gate (Redis)"))
 }
