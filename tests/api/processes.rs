@@ -54,7 +54,7 @@ impl Cluster {
             .arg(subcommand)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "error")
             .env("SECKILL_DATABASE_URL", &self.db.url)
             .env("SECKILL_REDIS_URL", redis_url())
             .env("SECKILL_REDIS_KEY_PREFIX", &self.prefix)
@@ -183,8 +183,19 @@ async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
     assert_eq!(observer.stored(product).await, (stock, stock, 0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
+/// How a worker is stopped in the middle of its work.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGKILL: nothing finished; another worker takes its entries over after the claim time.
+    Kill,
+    /// SIGTERM: it finishes and acknowledges the batch in hand, then exits cleanly.
+    Terminate,
+}
+
+/// Fills the outbox with `stock` accepted orders, starts a worker with small batches, stops it
+/// `how` once it has stored some, and lets a second worker finish. Whatever the stop, every
+/// accepted order ends up stored exactly once.
+async fn stop_a_worker_mid_stream(how: Stop) {
     let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
     let observer = cluster.observer().await;
     let stock = 2_000;
@@ -196,28 +207,48 @@ async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
     assert_eq!(accepted.len() as i64, stock);
     assert_eq!(stored_count(&observer, product).await, 0);
 
-    // Small batches, so the kill lands between and inside them; a dead worker's entries and
-    // messages are taken over after one second.
-    let slow = [
-        ("SECKILL_MAX_BATCH", "20"),
-        ("SECKILL_CLAIM_AFTER_MS", "1000"),
-    ];
-    let (mut doomed, _) = cluster.start("worker", &slow).await;
-    let stored_at_kill = loop {
+    let (mut first, _) = cluster
+        .start("worker", &[("SECKILL_MAX_BATCH", "20")])
+        .await;
+    let stored_at_stop = loop {
         let n = stored_count(&observer, product).await;
         if n > 0 {
-            doomed.start_kill().unwrap();
+            match how {
+                Stop::Kill => first.start_kill().unwrap(),
+                Stop::Terminate => {
+                    let pid = first.id().unwrap().to_string();
+                    let sent = Command::new("kill").args(["-TERM", &pid]).status();
+                    assert!(sent.await.unwrap().success());
+                }
+            }
             break n;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
-    doomed.wait().await.unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(10), first.wait())
+        .await
+        .expect("the worker did not stop within 10 s")
+        .unwrap();
     assert!(
-        stored_at_kill < stock,
-        "the worker finished before it was killed: the test proved nothing"
+        stored_at_stop < stock,
+        "the worker finished before it was stopped: the test proved nothing"
     );
-
-    let (_survivor, _) = cluster.start("worker", &slow).await;
+    // A killed worker's entries are taken over after one second. A terminated one must leave
+    // none behind: its successor would only take them over after a minute, after `stored`
+    // below has given up.
+    let claim_after = match how {
+        Stop::Kill => "1000",
+        Stop::Terminate => {
+            assert!(
+                exit.success(),
+                "SIGTERM must end the worker cleanly: {exit}"
+            );
+            "60000"
+        }
+    };
+    let (_second, _) = cluster
+        .start("worker", &[("SECKILL_CLAIM_AFTER_MS", claim_after)])
+        .await;
     let stored: HashSet<i64> = observer.live_order_ids(product).await.into_iter().collect();
     assert_eq!(
         stored, accepted,
@@ -225,6 +256,16 @@ async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
     );
     // Stock taken exactly once per order: a duplicate would have taken it twice.
     assert_eq!(observer.stored(product).await, (stock, stock, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
+    stop_a_worker_mid_stream(Stop::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_stopped_with_sigterm_finishes_its_batch_and_leaves_nothing_pending() {
+    stop_a_worker_mid_stream(Stop::Terminate).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
