@@ -13,6 +13,8 @@ use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
 use crate::lease;
 use crate::pipeline::amqp::Topology;
+use crate::pipeline::amqp::payments::AmqpPayments;
+use crate::pipeline::amqp::publisher::Publisher;
 use crate::pipeline::leader::Leadership;
 use crate::pipeline::worker::{Worker, WorkerParts};
 use crate::pipeline::{GroupCommit, ticker};
@@ -27,6 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Opens the store, loading its schema, and nothing else: for `migrate` and `demo`.
@@ -65,14 +68,20 @@ async fn secret_setting(
 }
 
 /// The parts every seckill process has, whether it serves HTTP or only works the pipeline:
-/// the store, the sale service over the stock gate, and the housekeeping loop.
+/// the store, the sale service over the stock gate, and (once started) the scheduler.
 pub struct Core {
     pub store: Arc<dyn Store>,
     pub sale: Arc<SaleService>,
     /// The shared Redis, in cluster mode.
     redis: Option<RedisLink>,
     node_id: u16,
-    tasks: Vec<JoinHandle<()>>,
+    /// RabbitMQ's address and names, in cluster mode with RabbitMQ.
+    amqp: Option<(String, Topology)>,
+    leadership: Option<Leadership>,
+    /// Tells the scheduler to stop between steps.
+    stop: watch::Sender<bool>,
+    scheduler: Option<JoinHandle<()>>,
+    lease: Option<JoinHandle<()>>,
 }
 
 impl Core {
@@ -88,9 +97,8 @@ impl Core {
             }
             None => None,
         };
-        let mut tasks = Vec::new();
-        let node_id = match (config.node_id, &redis) {
-            (Some(id), _) => id,
+        let (node_id, lease) = match (config.node_id, &redis) {
+            (Some(id), _) => (id, None),
             (None, Some(redis)) => {
                 let lease = lease::acquire(redis.clone(), &config.redis_key_prefix, || {
                     // Another process may now make the same order ids: stop at once.
@@ -98,10 +106,9 @@ impl Core {
                     std::process::exit(70);
                 })
                 .await?;
-                tasks.push(lease.renewal);
-                lease.node_id
+                (lease.node_id, Some(lease.renewal))
             }
-            (None, None) => 0,
+            (None, None) => (0, None),
         };
         let ids = Snowflake::new(node_id, clock.clone())?;
         let (gate, leadership): (Arc<dyn StockGate>, _) = match &redis {
@@ -111,10 +118,14 @@ impl Core {
             ),
             None => (Arc::new(MemoryGate::new()), Leadership::Solo),
         };
+        // Embedded mode commits each buy's order itself; cluster mode's gate appends it to
+        // the outbox instead.
+        let writer =
+            (!gate.keeps_outbox()).then(|| GroupCommit::start(store.clone(), config.max_batch));
         let sale = SaleService::start(
             store.clone(),
             gate,
-            GroupCommit::start(store.clone(), config.max_batch),
+            writer,
             ids,
             clock,
             SaleSettings {
@@ -125,18 +136,39 @@ impl Core {
         )
         .await
         .context("rebuilding the stock gate from the database")?;
-        tasks.push(ticker::spawn(
-            sale.clone(),
-            leadership,
-            Duration::from_secs(1),
-        ));
+        let amqp = config.amqp_url.as_ref().map(|url| {
+            let topology = Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
+                .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000));
+            (url.clone(), topology)
+        });
+        if let Some((url, topology)) = &amqp {
+            let publisher = Publisher::new(url, topology.clone());
+            sale.queue_payments_with(Arc::new(AmqpPayments(publisher)));
+        }
         Ok(Self {
             store,
             sale,
             redis,
             node_id,
-            tasks,
+            amqp,
+            leadership: Some(leadership),
+            stop: watch::channel(false).0,
+            scheduler: None,
+            lease,
         })
+    }
+
+    /// Starts the scheduler: catalog refresh in this process, and preheat and the overdue
+    /// sweep when this process leads.
+    pub fn start_scheduler(&mut self) {
+        if let Some(leadership) = self.leadership.take() {
+            self.scheduler = Some(ticker::spawn(
+                self.sale.clone(),
+                leadership,
+                Duration::from_secs(1),
+                self.stop.subscribe(),
+            ));
+        }
     }
 
     /// Starts the pipeline's consumers in this process. In embedded mode there are none: the
@@ -153,21 +185,20 @@ impl Core {
             name: format!("node-{}-pid-{}", self.node_id, std::process::id()),
             max_batch: config.max_batch,
             claim_after: Duration::from_millis(config.claim_after_ms),
-            amqp: config.amqp_url.as_ref().map(|url| {
-                let topology =
-                    Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
-                        .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000));
-                (url.clone(), topology)
-            }),
+            amqp: self.amqp.clone(),
         })
         .await?;
         Ok(Some(worker))
     }
 
-    /// Stops the background tasks.
-    pub fn stop(&self) {
-        for task in &self.tasks {
-            task.abort();
+    /// Lets the scheduler finish its step, then stops it and the node lease.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Some(scheduler) = self.scheduler {
+            let _ = scheduler.await;
+        }
+        if let Some(lease) = self.lease {
+            lease.abort();
         }
     }
 }
@@ -187,7 +218,8 @@ impl App {
     /// Builds every part from `config`, rebuilding the stock gate from the database. With
     /// `run_worker`, cluster mode's consumers run in this process too.
     pub async fn build(config: &Config, clock: SharedClock) -> anyhow::Result<Self> {
-        let core = Core::build(config, clock.clone()).await?;
+        let mut core = Core::build(config, clock.clone()).await?;
+        core.start_scheduler();
         let store = core.store.clone();
         let (secret, _) = secret_setting(&*store, config.secret.as_ref(), "token_secret").await?;
         let (admin_token, generated) =
@@ -258,7 +290,7 @@ impl App {
         if let Some(worker) = self.worker {
             worker.stop().await;
         }
-        self.core.stop();
+        self.core.stop().await;
         for task in &self.tasks {
             task.abort();
         }

@@ -9,6 +9,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 
+/// The largest batch: one transaction, one RabbitMQ prefetch window, one outbox read.
+pub const MAX_BATCH: usize = 4_096;
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -39,9 +42,9 @@ pub struct Config {
     /// `seckill serve` also runs the worker's consumers (`SECKILL_RUN_WORKER`, or
     /// `serve --worker`). Cluster mode only: embedded mode has no separate consumers.
     pub run_worker: bool,
-    /// An outbox entry or queued message that a worker took but did not finish within this
-    /// time is taken over by another worker (`SECKILL_CLAIM_AFTER_MS`): how long a dead
-    /// worker's orders wait.
+    /// An outbox entry that a worker took but did not hand on within this time is taken over by
+    /// another worker (`SECKILL_CLAIM_AFTER_MS`): how long a dead worker's orders wait. (A dead
+    /// worker's RabbitMQ messages go back to the queue at once, when its connection drops.)
     pub claim_after_ms: u64,
     /// Key that signs session tokens (`SECKILL_SECRET`, at least 32 bytes). Unset, a random
     /// one is generated on first start and kept in the database.
@@ -182,6 +185,9 @@ impl Config {
         }
         if self.max_batch == 0 || self.max_body_bytes == 0 || self.session_ttl_secs == 0 {
             bail!("max_batch, max_body_bytes and session_ttl_secs must be positive");
+        }
+        if self.max_batch > MAX_BATCH {
+            bail!("max_batch must be at most {MAX_BATCH}");
         }
         if let Some(name) = &self.client_ip_header
             && axum::http::HeaderName::try_from(name.as_str()).is_err()

@@ -24,6 +24,8 @@ pub enum ApiError {
         status: StatusCode,
         code: &'static str,
         message: Cow<'static, str>,
+        /// Seconds after which trying again may succeed (`Retry-After`).
+        retry_after: Option<u64>,
     },
     /// Too many requests; try again after this many seconds.
     RateLimited { retry_after_secs: u64 },
@@ -42,7 +44,16 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the client to try again after `secs` seconds.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        if let Self::Client { retry_after, .. } = &mut self {
+            *retry_after = Some(secs);
+        }
+        self
     }
 
     /// 401: no valid credentials.
@@ -100,6 +111,7 @@ impl IntoResponse for ApiError {
                 status,
                 code,
                 message,
+                ..
             } => (*status, *code, message.as_ref()),
             Self::RateLimited { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -122,10 +134,15 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        if let Self::RateLimited { retry_after_secs } = self {
+        let retry_after = match self {
+            Self::RateLimited { retry_after_secs } => Some(retry_after_secs),
+            Self::Client { retry_after, .. } => retry_after,
+            Self::Internal(_) => None,
+        };
+        if let Some(secs) = retry_after {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }
@@ -225,7 +242,20 @@ impl From<crate::sale::OrderError> for ApiError {
                 "payment_window_closed",
                 "the payment window has closed; the order is cancelled",
             ),
+            OrderError::Pending => Self::conflict(
+                "order_pending",
+                "the order is still being recorded; try again in a moment",
+            )
+            .retry_after(1),
             OrderError::Store(e) => e.into(),
+            OrderError::Unavailable(e) => {
+                tracing::error!(error = ?e, "queueing a payment failed");
+                Self::client(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the payment could not be taken right now; nothing was paid, try again",
+                )
+            }
         }
     }
 }

@@ -75,12 +75,25 @@ impl Snowflake {
     }
 }
 
+/// When an id was made (Unix ms), read back from its time bits: lets a process tell an order
+/// that may still be on its way to the database from one that never existed.
+pub fn made_at(id: i64) -> crate::domain::Millis {
+    (id >> (NODE_BITS + SEQUENCE_BITS)) + EPOCH_MS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use std::collections::HashSet;
     use std::sync::Arc;
+
+    #[test]
+    fn an_id_tells_when_it_was_made() {
+        let clock = Arc::new(ManualClock::new(EPOCH_MS + 86_400_000));
+        let ids = Snowflake::new(1023, clock).unwrap();
+        assert_eq!(made_at(ids.next_id()), EPOCH_MS + 86_400_000);
+    }
 
     #[test]
     fn ids_are_unique_across_threads_even_within_one_millisecond() {

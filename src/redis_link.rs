@@ -7,7 +7,7 @@
 //!
 //! Two things callers must still respect on a cluster:
 //! - every key one command, script or pipeline touches must hash to the same slot: give such keys
-//!   one hash tag (`seckill:{p42}:stock`, `seckill:{p42}:buyers`); the driver rejects a pipeline
+//!   one hash tag (`seckill:{p:42}:sale`, `seckill:{p:42}:buyers`); the driver rejects a pipeline
 //!   across slots (CROSSSLOT) before sending it;
 //! - scripts are routed by their first key; `Script::invoke_async` loads the script on every
 //!   primary when a node answers NOSCRIPT, so scripts survive failovers and restarts.

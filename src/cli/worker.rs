@@ -15,7 +15,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
              its orders itself"
         );
     }
-    let core = Core::build(&config, Arc::new(SystemClock)).await?;
+    let mut core = Core::build(&config, Arc::new(SystemClock)).await?;
+    core.start_scheduler();
     let Some(worker) = core.start_worker(&config).await? else {
         bail!("no consumers to run");
     };
@@ -25,6 +26,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
     super::shutdown_signal().await;
     worker.stop().await;
-    core.stop();
+    core.stop().await;
     Ok(())
 }

@@ -49,7 +49,6 @@ impl StockGate for MemoryGate {
         Ok(self.slot(id).map(|slot| GateAudit {
             remaining: slot.lock().expect("gate slot lock poisoned").remaining,
             in_flight_units: 0,
-            in_flight_orders: 0,
             dead: 0,
         }))
     }
@@ -168,6 +167,7 @@ mod tests {
             remaining: stock,
             per_user_limit: limit,
             holdings: vec![],
+            released: vec![],
         })
         .await
         .unwrap();

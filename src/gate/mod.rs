@@ -7,7 +7,7 @@ pub mod memory;
 pub mod outbox;
 pub mod redis;
 
-use crate::domain::{Millis, Order, ProductId, SaleWindow, UserId};
+use crate::domain::{Millis, Order, OrderId, ProductId, SaleWindow, UserId};
 use async_trait::async_trait;
 
 /// Everything the gate needs to sell a product.
@@ -20,6 +20,9 @@ pub struct GateProduct {
     pub per_user_limit: u32,
     /// Units each buyer already holds in orders that are not cancelled.
     pub holdings: Vec<(UserId, u32)>,
+    /// Cancelled orders, whose stock is in `remaining` already: releasing one of them again
+    /// (a cancel that raced the load) must change nothing.
+    pub released: Vec<OrderId>,
 }
 
 /// A product as the gate sees it. `remaining + in_flight_units` must equal the database's
@@ -27,9 +30,8 @@ pub struct GateProduct {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GateAudit {
     pub remaining: i64,
-    /// Units of the orders waiting in the outbox.
+    /// Units of the orders in the outbox: sold, not in the database yet.
     pub in_flight_units: i64,
-    pub in_flight_orders: u64,
     /// Outbox entries no worker could store, set aside for an operator.
     pub dead: u64,
 }
@@ -98,6 +100,12 @@ pub trait StockGate: Send + Sync + 'static {
     /// What the gate holds for a product, to reconcile it with the database; `None` when the
     /// product is not loaded.
     async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError>;
+
+    /// The orders in a product's outbox: sold by the gate, not stored yet. No order is added
+    /// while the product is not loaded, so a load reads this first.
+    async fn outbox(&self, _id: ProductId) -> Result<Vec<Order>, GateError> {
+        Ok(Vec::new())
+    }
 
     /// Drops a product from the gate, so the next load rebuilds it from the database.
     async fn forget(&self, id: ProductId) -> Result<(), GateError>;

@@ -1,9 +1,10 @@
 //! The outbox: each product's Redis stream of accepted orders, appended by the buy script in
 //! the same atomic step that takes the stock, so no accepted order can fall between the gate
-//! and the queue. Workers read it through a consumer group: an entry goes to one reader, stays
-//! pending until that reader says it is safe downstream, and is claimed by another reader if
-//! the first one dies. Only then is it deleted, so the stream always holds exactly the orders
-//! in flight, which is what a gate rebuild must subtract from the database's stock.
+//! and the queue. Workers read it through a consumer group: an entry goes to one reader and
+//! stays pending until that reader has handed it on (stored it, or had RabbitMQ confirm it);
+//! a reader that dies leaves its entries pending, and another claims them. An entry is deleted
+//! only once its order is stored, so the stream always holds exactly the orders sold but not in
+//! the database yet, which is what a gate rebuild must subtract from the database's stock.
 
 use super::redis::Keys;
 use crate::domain::order::MalformedOrder;
@@ -19,6 +20,10 @@ use std::time::Duration;
 pub const GROUP: &str = "pipeline";
 
 static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/ack.lua")));
+static BURY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/bury.lua")));
+
+/// Most entry ids one acknowledgement carries (Lua's `unpack` has a limit near 8,000).
+const ACK_CHUNK: usize = 1_000;
 
 /// One accepted order read from the outbox.
 pub struct OutboxEntry {
@@ -29,8 +34,9 @@ pub struct OutboxEntry {
     pub order: Result<Order, MalformedOrder>,
 }
 
-/// A reader of the outbox: one per worker process.
-pub struct OutboxReader {
+/// A worker process's handle on the outbox streams; cheap to clone.
+#[derive(Clone)]
+pub struct Outbox {
     redis: RedisLink,
     prefix: String,
     /// This reader's name in the group; entries it takes are pending under it.
@@ -39,7 +45,7 @@ pub struct OutboxReader {
     claim_after: Duration,
 }
 
-impl OutboxReader {
+impl Outbox {
     /// A reader named `consumer` over the outbox streams under `prefix`.
     pub fn new(redis: RedisLink, prefix: &str, consumer: String, claim_after: Duration) -> Self {
         Self {
@@ -112,18 +118,35 @@ impl OutboxReader {
         }
     }
 
-    /// Forgets entries whose orders are safe downstream.
+    /// Forgets entries whose orders are stored.
     pub async fn finish(&self, product: ProductId, ids: &[&str]) -> anyhow::Result<()> {
+        let key = Keys::of(&self.prefix, product).outbox;
+        for chunk in ids.chunks(ACK_CHUNK) {
+            let _deleted: i64 = ACK
+                .key(&key)
+                .arg(GROUP)
+                .arg(chunk)
+                .invoke_async(&mut self.redis.clone())
+                .await
+                .context("acknowledging outbox entries")?;
+        }
+        Ok(())
+    }
+
+    /// Marks entries as handed on to RabbitMQ: no reader takes them again, but they stay in the
+    /// stream, counted as in flight, until the worker that stores them calls
+    /// [`finish`](Self::finish).
+    pub async fn hand_over(&self, product: ProductId, ids: &[&str]) -> anyhow::Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
-        let _deleted: i64 = ACK
-            .key(Keys::of(&self.prefix, product).outbox)
+        let _acked: i64 = redis::cmd("XACK")
+            .arg(Keys::of(&self.prefix, product).outbox)
             .arg(GROUP)
             .arg(ids)
-            .invoke_async(&mut self.redis.clone())
+            .query_async(&mut self.redis.clone())
             .await
-            .context("acknowledging outbox entries")?;
+            .context("acknowledging relayed outbox entries")?;
         Ok(())
     }
 
@@ -136,25 +159,34 @@ impl OutboxReader {
         reason: &str,
     ) -> anyhow::Result<()> {
         let keys = Keys::of(&self.prefix, product);
-        let _: String = redis::cmd("XADD")
-            .arg(&keys.dead)
-            .arg("*")
-            .arg("order")
+        let _deleted: i64 = BURY
+            .key(keys.outbox)
+            .key(keys.dead)
+            .arg(GROUP)
+            .arg(&entry.id)
             .arg(&entry.raw)
-            .arg("reason")
             .arg(reason)
-            .query_async(&mut self.redis.clone())
+            .invoke_async(&mut self.redis.clone())
             .await
             .context("burying an outbox entry")?;
-        self.finish(product, &[&entry.id]).await
+        Ok(())
+    }
+}
+
+/// The order an outbox entry holds.
+pub(super) fn order_of(entry: &StreamId) -> Result<Order, MalformedOrder> {
+    Order::decode(&raw_order(entry))
+}
+
+fn raw_order(entry: &StreamId) -> Vec<u8> {
+    match entry.map.get("order") {
+        Some(Value::BulkString(bytes)) => bytes.clone(),
+        _ => Vec::new(),
     }
 }
 
 fn entry(id: StreamId) -> OutboxEntry {
-    let raw = match id.map.get("order") {
-        Some(Value::BulkString(bytes)) => bytes.clone(),
-        _ => Vec::new(),
-    };
+    let raw = raw_order(&id);
     OutboxEntry {
         order: Order::decode(&raw),
         raw,

@@ -8,12 +8,15 @@
 //! - `PREFIX{p:ID}:outbox`: stream of accepted orders not yet safe downstream, appended by the
 //!   buy script itself (see [`super::outbox`])
 //! - `PREFIX{p:ID}:dead`: stream of outbox entries no worker could ever store
+//! - `PREFIX{p:ID}:taken`: sorted set of the last five minutes' order ids by time, so a buy
+//!   script re-sent by the client (a cluster connection retries a timed-out reply) runs once
 
 use super::{GateAudit, GateError, GateProduct, Rejection, StockGate};
 use crate::domain::{Millis, Order, ProductId, SaleWindow};
 use crate::redis_link::RedisLink;
 use async_trait::async_trait;
 use redis::Script;
+use redis::streams::StreamId;
 use std::sync::LazyLock;
 
 static RESERVE: LazyLock<Script> =
@@ -22,7 +25,6 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/load.lua")));
 static UPDATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/update.lua")));
-static AUDIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/audit.lua")));
 
 /// The Redis [`StockGate`].
 pub struct RedisGate {
@@ -39,6 +41,7 @@ pub(super) struct Keys {
     pub released: String,
     pub outbox: String,
     pub dead: String,
+    pub taken: String,
 }
 
 impl Keys {
@@ -51,6 +54,7 @@ impl Keys {
             released: format!("{base}:released"),
             outbox: format!("{base}:outbox"),
             dead: format!("{base}:dead"),
+            taken: format!("{base}:taken"),
         }
     }
 }
@@ -133,14 +137,16 @@ impl StockGate for RedisGate {
         let mut call = LOAD.key(keys.sale);
         call.key(keys.buyers)
             .key(keys.released)
-            .key(keys.outbox)
             .arg(p.remaining)
             .arg(p.window.start)
             .arg(p.window.end)
             .arg(p.per_user_limit)
-            .arg(super::outbox::GROUP);
+            .arg(p.holdings.len());
         for (user, units) in &p.holdings {
             call.arg(user.0).arg(*units);
+        }
+        for order in &p.released {
+            call.arg(order.0);
         }
         let _loaded_now: i64 = call
             .invoke_async(&mut self.redis.clone())
@@ -165,10 +171,12 @@ impl StockGate for RedisGate {
             .key(keys.sale)
             .key(keys.buyers)
             .key(keys.outbox)
+            .key(keys.taken)
             .arg(order.user_id.0)
             .arg(order.quantity.get())
             .arg(now)
             .arg(order.encode())
+            .arg(order.id.0)
             .invoke_async(&mut self.redis.clone())
             .await
             .map_err(unavailable)?;
@@ -208,20 +216,35 @@ impl StockGate for RedisGate {
     }
 
     async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError> {
+        let in_flight = self.outbox(id).await?;
         let keys = self.keys(id);
-        let (remaining, in_flight_units, in_flight_orders, dead): (i64, i64, u64, u64) = AUDIT
-            .key(keys.sale)
-            .key(keys.outbox)
-            .key(keys.dead)
-            .invoke_async(&mut self.redis.clone())
+        let (remaining, dead): (Option<i64>, u64) = redis::pipe()
+            .hget(keys.sale, "remaining")
+            .xlen(keys.dead)
+            .query_async(&mut self.redis.clone())
             .await
             .map_err(unavailable)?;
-        Ok((remaining >= 0).then_some(GateAudit {
+        Ok(remaining.map(|remaining| GateAudit {
             remaining,
-            in_flight_units,
-            in_flight_orders,
+            in_flight_units: in_flight.iter().map(|o| i64::from(o.quantity.get())).sum(),
             dead,
         }))
+    }
+
+    async fn outbox(&self, id: ProductId) -> Result<Vec<Order>, GateError> {
+        let entries: Vec<StreamId> = redis::cmd("XRANGE")
+            .arg(self.keys(id).outbox)
+            .arg("-")
+            .arg("+")
+            .query_async::<redis::streams::StreamRangeReply>(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)?
+            .ids;
+        // An unreadable entry is no order the gate sold: the drain buries it.
+        Ok(entries
+            .iter()
+            .filter_map(|entry| super::outbox::order_of(entry).ok())
+            .collect())
     }
 
     async fn forget(&self, id: ProductId) -> Result<(), GateError> {

@@ -6,9 +6,10 @@
 //! reached it already.
 
 use crate::domain::{Order, ProductId};
-use crate::gate::outbox::{OutboxEntry, OutboxReader};
+use crate::gate::outbox::{Outbox, OutboxEntry};
 use crate::sale::SaleService;
 use crate::store::{Persisted, Store};
+use anyhow::ensure;
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,38 +19,72 @@ use tokio::time::Instant;
 /// What became of one order handed to a sink.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fate {
-    /// Safe downstream (stored, or confirmed by the broker): the entry may go.
+    /// Handed on safely (stored, or confirmed by the broker).
     Safe,
-    /// Can never be made safe, for this reason: set aside for an operator.
+    /// Can never be stored, for this reason: set aside for an operator.
     Dead(String),
 }
 
 /// Where drained orders go.
 #[async_trait]
 pub trait Sink: Send + Sync + 'static {
-    /// Makes each order of a batch safe, or says why it never can be. An error leaves the whole
-    /// batch pending, to be tried again.
-    async fn put(&self, orders: &[Order]) -> anyhow::Result<Vec<Fate>>;
+    /// Whether a safe order is stored (its entry may be deleted) or only handed on (its entry
+    /// stays in the outbox, counted as in flight, until the worker that stores it deletes it).
+    fn stores(&self) -> bool;
+
+    /// Hands on a batch of one product's orders, each with its outbox entry id, and says what
+    /// became of each, in order. An error leaves the whole batch pending, to be tried again.
+    async fn put(&self, batch: &[(String, Order)]) -> anyhow::Result<Vec<Fate>>;
 }
 
-/// Stores orders straight into the database (no RabbitMQ): idempotent inserts with guarded
-/// stock decrements, one transaction per batch.
+/// Stores orders straight into the database (no RabbitMQ).
 pub struct StoreSink(pub Arc<dyn Store>);
 
 #[async_trait]
 impl Sink for StoreSink {
-    async fn put(&self, orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
-        let outcomes = self.0.insert_orders(orders).await?;
-        Ok(outcomes.into_iter().map(fate_of_insert).collect())
+    fn stores(&self) -> bool {
+        true
+    }
+
+    async fn put(&self, batch: &[(String, Order)]) -> anyhow::Result<Vec<Fate>> {
+        let orders: Vec<Order> = batch.iter().map(|(_, order)| order.clone()).collect();
+        store_batch(&*self.0, &orders).await
     }
 }
 
-/// An insert outcome as a fate: a duplicate is a redelivery of an order already stored.
-pub fn fate_of_insert(outcome: Persisted) -> Fate {
-    match outcome {
-        Persisted::Inserted | Persisted::Duplicate => Fate::Safe,
-        Persisted::OutOfStock => Fate::Dead("the database has no stock left for it".into()),
+/// Stores a batch in one transaction (idempotent inserts, guarded stock decrements) and says
+/// what became of each order. An order already stored is a redelivery, unless the stored one is
+/// a different order under the same id (two processes shared a Snowflake node id): that one can
+/// never be stored and is set aside, loudly.
+pub async fn store_batch(store: &dyn Store, orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
+    let outcomes = store.insert_orders(orders).await?;
+    ensure!(
+        outcomes.len() == orders.len(),
+        "the store answered {} outcomes for {} orders",
+        outcomes.len(),
+        orders.len()
+    );
+    let mut fates = Vec::with_capacity(orders.len());
+    for (order, outcome) in orders.iter().zip(outcomes) {
+        fates.push(match outcome {
+            Persisted::Inserted => Fate::Safe,
+            Persisted::Duplicate => match store.order(order.id).await? {
+                Some(stored)
+                    if stored.user_id == order.user_id
+                        && stored.product_id == order.product_id
+                        && stored.quantity == order.quantity =>
+                {
+                    Fate::Safe
+                }
+                _ => {
+                    tracing::error!(order = order.id.0, "order id collision: check node ids");
+                    Fate::Dead("another order holds this id: two processes share a node id".into())
+                }
+            },
+            Persisted::OutOfStock => Fate::Dead("the database has no stock left for it".into()),
+        });
     }
+    Ok(fates)
 }
 
 /// How often stalled entries (pending under a reader for longer than the claim time) are
@@ -62,7 +97,7 @@ const IDLE_MAX: Duration = Duration::from_millis(100);
 
 /// The drain loop of one worker process.
 pub struct Drain {
-    pub reader: OutboxReader,
+    pub outbox: Outbox,
     /// Knows which products may have outboxes.
     pub sale: Arc<SaleService>,
     pub sink: Arc<dyn Sink>,
@@ -70,7 +105,8 @@ pub struct Drain {
 }
 
 impl Drain {
-    /// Drains until `stop` turns true; the batch in hand is finished first.
+    /// Drains until `stop` turns true (or its sender is gone); the batch in hand is finished
+    /// first.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut idle = IDLE_MIN;
         let mut last_claim: Option<Instant> = None;
@@ -79,65 +115,71 @@ impl Drain {
             if claim {
                 last_claim = Some(Instant::now());
             }
-            let pause = match self.round(claim).await {
-                Ok(0) => {
-                    idle = (idle * 2).min(IDLE_MAX);
-                    idle
-                }
-                Ok(_) => {
-                    idle = IDLE_MIN;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(error = ?e, "draining the outbox");
-                    Duration::from_secs(1)
-                }
-            };
+            if self.round(claim).await > 0 {
+                idle = IDLE_MIN;
+                continue;
+            }
+            idle = (idle * 2).min(IDLE_MAX);
             tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                _ = stop.changed() => {}
+                () = tokio::time::sleep(idle) => {}
+                changed = stop.changed() => if changed.is_err() { return },
             }
         }
     }
 
-    /// One pass over every product's outbox. Returns the entries handled.
-    async fn round(&self, claim: bool) -> anyhow::Result<usize> {
+    /// One pass over every product's outbox. Returns the entries handled. A product that fails
+    /// is logged and retried next round; the others go on.
+    async fn round(&self, claim: bool) -> usize {
         let mut handled = 0;
-        for product in self.sale.products_started() {
-            let mut entries = Vec::new();
-            if claim {
-                entries = self.reader.claim_stalled(product, self.max_batch).await?;
+        for product in self.sale.product_ids() {
+            match self.drain_product(product, claim).await {
+                Ok(n) => handled += n,
+                Err(e) => tracing::error!(product = product.0, error = ?e, "draining the outbox"),
             }
-            if entries.is_empty() {
-                entries = self.reader.take(product, self.max_batch).await?;
-            }
-            handled += entries.len();
+        }
+        handled
+    }
+
+    async fn drain_product(&self, product: ProductId, claim: bool) -> anyhow::Result<usize> {
+        let mut entries = Vec::new();
+        if claim {
+            entries = self.outbox.claim_stalled(product, self.max_batch).await?;
+        }
+        if entries.is_empty() {
+            entries = self.outbox.take(product, self.max_batch).await?;
+        }
+        let handled = entries.len();
+        if handled > 0 {
             self.deliver(product, entries).await?;
         }
         Ok(handled)
     }
 
     async fn deliver(&self, product: ProductId, entries: Vec<OutboxEntry>) -> anyhow::Result<()> {
-        let mut readable = Vec::with_capacity(entries.len());
+        let mut batch = Vec::with_capacity(entries.len());
+        let mut raw = Vec::with_capacity(entries.len());
         for entry in entries {
             match &entry.order {
-                Ok(_) => readable.push(entry),
+                Ok(order) => {
+                    batch.push((entry.id.clone(), order.clone()));
+                    raw.push(entry);
+                }
                 Err(e) => {
                     tracing::error!(entry = entry.id, error = %e, "unreadable outbox entry");
-                    self.reader.bury(product, &entry, &e.to_string()).await?;
+                    self.outbox.bury(product, &entry, &e.to_string()).await?;
                 }
             }
         }
-        if readable.is_empty() {
+        if batch.is_empty() {
             return Ok(());
         }
-        let orders: Vec<Order> = readable
-            .iter()
-            .filter_map(|entry| entry.order.as_ref().ok().cloned())
-            .collect();
-        let fates = self.sink.put(&orders).await?;
-        let mut safe = Vec::with_capacity(readable.len());
-        for (entry, fate) in readable.iter().zip(fates) {
+        let fates = self.sink.put(&batch).await?;
+        ensure!(
+            fates.len() == batch.len(),
+            "the sink lost track of its batch"
+        );
+        let mut safe = Vec::with_capacity(batch.len());
+        for (entry, fate) in raw.iter().zip(fates) {
             match fate {
                 Fate::Safe => safe.push(entry.id.as_str()),
                 Fate::Dead(reason) => {
@@ -146,10 +188,14 @@ impl Drain {
                         reason,
                         "an accepted order cannot be stored"
                     );
-                    self.reader.bury(product, entry, &reason).await?;
+                    self.outbox.bury(product, entry, &reason).await?;
                 }
             }
         }
-        self.reader.finish(product, &safe).await
+        if self.sink.stores() {
+            self.outbox.finish(product, &safe).await
+        } else {
+            self.outbox.hand_over(product, &safe).await
+        }
     }
 }

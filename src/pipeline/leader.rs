@@ -1,9 +1,10 @@
 //! Scheduler leadership: of all processes sharing a Redis, one at a time preheats sales and
-//! sweeps overdue orders. The lock is a Redis key with an expiry, holding a fencing token
-//! that grows with every new leader, so a process that paused past its expiry finds on its next
-//! renewal that it was deposed and stands down. Every scheduler step is idempotent and
-//! conditional (load-if-absent, cancel-if-awaiting), so the one step a deposed leader may still
-//! take is harmless; the lock keeps the crowd of processes from repeating the work.
+//! sweeps overdue orders. The lock is a Redis key with an expiry holding a token that grows with
+//! every new leader; a leader renews only while the key still holds its own token, so one that
+//! paused past its expiry finds out on its next renewal that it was deposed, and stands down.
+//! The token is not checked by the steps themselves: they need no fencing, since every step is
+//! idempotent and conditional (load-if-absent, cancel-if-awaiting), so the one step a deposed
+//! leader may still take is harmless. The lock keeps the crowd of processes from repeating work.
 
 use crate::redis_link::RedisLink;
 use redis::Script;
@@ -66,7 +67,7 @@ impl Leadership {
     }
 
     /// Whether this process leads now: renews the lock it holds or takes a free one. Returns
-    /// the fencing token (0 for a solo process).
+    /// the leader's token (0 for a solo process); `None` also when Redis cannot be asked.
     pub async fn lead(&mut self) -> Option<i64> {
         let Self::Shared {
             redis,
@@ -98,9 +99,10 @@ impl Leadership {
             Ok(0) => None,
             Ok(t) => Some(t),
             Err(e) => {
-                // Cannot tell: stand down rather than risk two leaders.
+                // Cannot tell: skip this step, but keep the token, so the next renewal that
+                // reaches Redis finds out whether the lock is still ours.
                 tracing::warn!(error = %e, "checking scheduler leadership");
-                None
+                return None;
             }
         };
         if now != *token {

@@ -1,5 +1,6 @@
 //! The once-a-second housekeeping of every process: read products other processes created or
-//! changed, and — on the scheduler leader only — preheat products whose sale is near and cancel
+//! changed, lift sold-out flags where another process's cancel brought stock back, and — on
+//! the scheduler leader only — preheat products whose sale is near and cancel
 //! orders whose payment window closed (returning their stock). The database query is the
 //! deadline mechanism in embedded mode and the backstop behind the delay queue in cluster mode,
 //! so a crash loses no deadline: the next tick after a restart finds every overdue order.
@@ -8,23 +9,29 @@ use super::leader::Leadership;
 use crate::sale::SaleService;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Starts the housekeeping loop; abort the handle to stop it (each step is its own
-/// transaction, so stopping between or inside steps loses nothing).
+/// Starts the housekeeping loop. It stops between steps once `stop` turns true (or its sender
+/// is gone): a cancel is never cut off between the database and the gate.
 pub fn spawn(
     sale: Arc<SaleService>,
     mut leadership: Leadership,
     period: Duration,
+    mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(period);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            interval.tick().await;
+            tokio::select! {
+                _ = interval.tick() => {}
+                changed = stop.changed() => if changed.is_err() || *stop.borrow() { return },
+            }
             if let Err(e) = sale.refresh_catalog().await {
                 tracing::error!(error = ?e, "reading products failed");
             }
+            sale.refresh_sold_out().await;
             if leadership.lead().await.is_none() {
                 continue;
             }

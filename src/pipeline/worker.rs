@@ -4,9 +4,11 @@
 
 use super::amqp::Topology;
 use super::amqp::consumers::{CancelOverdue, Consume, StoreOrders};
+use super::amqp::payments::ApplyPayments;
+use super::amqp::publisher::Publisher;
 use super::amqp::relay::Relay;
 use super::drain::{Drain, Sink, StoreSink};
-use crate::gate::outbox::OutboxReader;
+use crate::gate::outbox::Outbox;
 use crate::redis_link::RedisLink;
 use crate::sale::SaleService;
 use crate::store::Store;
@@ -39,7 +41,7 @@ impl Worker {
     /// Starts the consumers.
     pub async fn start(parts: WorkerParts) -> anyhow::Result<Self> {
         let (stop, stopped) = watch::channel(false);
-        let reader = OutboxReader::new(
+        let outbox = Outbox::new(
             parts.redis,
             &parts.redis_key_prefix,
             parts.name,
@@ -60,27 +62,33 @@ impl Worker {
                     queue,
                     max_batch: parts.max_batch,
                 };
-                let orders = consume(topology.orders_queue()).run(
-                    StoreOrders {
-                        store: parts.store,
-                        topology: topology.clone(),
-                    },
-                    stopped.clone(),
-                );
-                let deadlines = consume(topology.deadline_queue()).run(
-                    CancelOverdue {
-                        sale: parts.sale.clone(),
-                    },
-                    stopped.clone(),
-                );
-                tasks.push(tokio::spawn(orders));
-                tasks.push(tokio::spawn(deadlines));
+                let orders = StoreOrders {
+                    store: parts.store,
+                    outbox: outbox.clone(),
+                    topology: topology.clone(),
+                };
+                let deadlines = CancelOverdue {
+                    sale: parts.sale.clone(),
+                };
+                let payments = ApplyPayments {
+                    sale: parts.sale.clone(),
+                    topology: topology.clone(),
+                };
+                tasks.push(tokio::spawn(
+                    consume(topology.orders_queue()).run(orders, stopped.clone()),
+                ));
+                tasks.push(tokio::spawn(
+                    consume(topology.deadline_queue()).run(deadlines, stopped.clone()),
+                ));
+                tasks.push(tokio::spawn(
+                    consume(topology.paid_queue()).run(payments, stopped.clone()),
+                ));
                 tracing::info!("worker: relaying the outbox to RabbitMQ and consuming its queues");
-                Arc::new(Relay::new(&url, topology))
+                Arc::new(Relay(Publisher::new(&url, topology)))
             }
         };
         let drain = Drain {
-            reader,
+            outbox,
             sale: parts.sale,
             sink,
             max_batch: parts.max_batch,

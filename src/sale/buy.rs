@@ -56,7 +56,11 @@ impl SaleService {
         if self.gate.keeps_outbox() {
             return Ok(order);
         }
-        match self.orders.commit(order.clone()).await {
+        let Some(writer) = &self.orders else {
+            self.give_back(&order).await;
+            return Err(BuyError::Unavailable(anyhow::anyhow!("no order writer")));
+        };
+        match writer.commit(order.clone()).await {
             Ok(Persisted::Inserted) => Ok(order),
             Ok(Persisted::Duplicate) => {
                 // A fresh id already stored: two processes share a Snowflake node id.

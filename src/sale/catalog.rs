@@ -32,15 +32,24 @@ impl Catalog {
             .cloned()
     }
 
-    /// Adds or refreshes a product, keeping its gate and sold-out flags.
+    /// Adds or refreshes a product. An unchanged product keeps its entry, so flags set on it
+    /// concurrently are never lost; a changed one gets a new entry with the flags carried over.
     pub fn put(&self, product: &Product) {
         let mut map = self.0.write().expect("catalog lock poisoned");
-        let (loaded, sold_out) = map.get(&product.id).map_or((false, false), |e| {
-            (
+        let (loaded, sold_out) = match map.get(&product.id) {
+            Some(e)
+                if *e.name == *product.name
+                    && e.sale_price == product.sale_price
+                    && e.window == product.window =>
+            {
+                return;
+            }
+            Some(e) => (
                 e.loaded.load(Ordering::SeqCst),
                 e.sold_out.load(Ordering::SeqCst),
-            )
-        });
+            ),
+            None => (false, false),
+        };
         map.insert(
             product.id,
             Arc::new(Entry {
@@ -51,6 +60,17 @@ impl Catalog {
                 sold_out: AtomicBool::new(sold_out),
             }),
         );
+    }
+
+    /// Products whose local sold-out flag is set.
+    pub fn flagged_sold_out(&self) -> Vec<ProductId> {
+        self.0
+            .read()
+            .expect("catalog lock poisoned")
+            .iter()
+            .filter(|(_, e)| e.sold_out.load(Ordering::SeqCst))
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     pub fn mark_loaded(&self, id: ProductId, sold_out: bool) {
@@ -74,15 +94,13 @@ impl Catalog {
         }
     }
 
-    /// Products whose preheat time has come, ended ones included: those that may have orders
-    /// in the outbox.
-    pub fn started(&self, now: Millis, preheat_ms: i64) -> Vec<ProductId> {
+    /// Every known product.
+    pub fn ids(&self) -> Vec<ProductId> {
         self.0
             .read()
             .expect("catalog lock poisoned")
-            .iter()
-            .filter(|(_, e)| e.window.start - preheat_ms <= now)
-            .map(|(id, _)| *id)
+            .keys()
+            .copied()
             .collect()
     }
 

@@ -10,17 +10,18 @@ mod reconcile;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::BuyError;
-pub use orders::OrderError;
+pub use orders::{OrderError, Payment, PaymentQueue, QueuedPayment};
 pub use reconcile::ProductAudit;
 
 use crate::clock::SharedClock;
-use crate::domain::{Millis, Product, ProductId, SaleWindow};
+use crate::domain::{Millis, OrderId, Product, ProductId, SaleWindow, UserId};
 use crate::gate::{GateProduct, StockGate};
 use crate::ids::Snowflake;
 use crate::pipeline::GroupCommit;
 use crate::store::Store;
 use catalog::Catalog;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
 
 /// Settings the sale rules depend on.
 #[derive(Debug, Clone)]
@@ -37,7 +38,8 @@ pub struct SaleSettings {
 pub struct SaleService {
     store: Arc<dyn Store>,
     gate: Arc<dyn StockGate>,
-    orders: GroupCommit,
+    /// Commits each buy's order (embedded mode); `None` when the gate's outbox carries orders.
+    orders: Option<GroupCommit>,
     ids: Snowflake,
     clock: SharedClock,
     /// Products this process knows, with their local sold-out flags: the filter that keeps
@@ -47,6 +49,8 @@ pub struct SaleService {
     /// Serializes preheats, so a product is loaded into the gate once, never reloaded over
     /// buys already in flight.
     preheat_lock: tokio::sync::Mutex<()>,
+    /// The paid queue, in cluster mode with RabbitMQ.
+    payments: OnceLock<Arc<dyn PaymentQueue>>,
 }
 
 impl SaleService {
@@ -55,7 +59,7 @@ impl SaleService {
     pub async fn start(
         store: Arc<dyn Store>,
         gate: Arc<dyn StockGate>,
-        orders: GroupCommit,
+        orders: Option<GroupCommit>,
         ids: Snowflake,
         clock: SharedClock,
         settings: SaleSettings,
@@ -69,10 +73,16 @@ impl SaleService {
             clock,
             settings,
             preheat_lock: tokio::sync::Mutex::new(()),
+            payments: OnceLock::new(),
         });
         service.refresh_catalog().await?;
         service.preheat_due().await?;
         Ok(service)
+    }
+
+    /// Sends payments for orders not stored yet through `queue` from now on.
+    pub fn queue_payments_with(&self, queue: Arc<dyn PaymentQueue>) {
+        let _ = self.payments.set(queue);
     }
 
     /// Reads the products again from the database, so products another process created or
@@ -84,10 +94,21 @@ impl SaleService {
         Ok(())
     }
 
-    /// Products that may have orders in the gate's outbox: every product whose preheat time
-    /// has come.
-    pub fn products_started(&self) -> Vec<ProductId> {
-        self.catalog.started(self.now(), self.settings.preheat_ms)
+    /// Lifts the local sold-out flag of products that have units again in the gate: a cancel
+    /// in another process (the scheduler's sweep, a worker's deadline) returned them.
+    pub async fn refresh_sold_out(&self) {
+        for id in self.catalog.flagged_sold_out() {
+            if let Ok(Some(units)) = self.gate.remaining(id).await
+                && units > 0
+            {
+                self.catalog.restock(id);
+            }
+        }
+    }
+
+    /// Every product this process knows.
+    pub fn product_ids(&self) -> Vec<ProductId> {
+        self.catalog.ids()
     }
 
     /// Units the gate sold whose orders are not in the database yet: the database's stock
@@ -95,7 +116,7 @@ impl SaleService {
     /// drained (and a cancel has returned its units to both).
     pub async fn units_in_flight(&self) -> anyhow::Result<i64> {
         let mut total = 0;
-        for id in self.products_started() {
+        for id in self.product_ids() {
             if let (Some(left), Some(product)) = (
                 self.gate.remaining(id).await?,
                 self.store.product(id).await?,
@@ -117,26 +138,48 @@ impl SaleService {
         let _serialized = self.preheat_lock.lock().await;
         let now = self.now();
         for id in self.catalog.due_for_preheat(now, self.settings.preheat_ms) {
-            if let Some(product) = self.store.product(id).await? {
-                self.preheat(&product).await?;
-            }
+            self.preheat(id).await?;
         }
         Ok(())
     }
 
-    async fn preheat(&self, product: &Product) -> anyhow::Result<()> {
-        let holdings = self.store.holdings(product.id).await?;
+    /// Loads a product into the gate (unless another process was first) from the database and
+    /// the orders still in the outbox. The order of the reads matters: every race it leaves
+    /// open can only make the gate sell less, never more.
+    async fn preheat(&self, id: ProductId) -> anyhow::Result<()> {
+        // 1. Sold by the gate, maybe not stored yet. Nothing is added while the product is not
+        //    in the gate; entries only leave, once stored.
+        let outbox = self.gate.outbox(id).await?;
+        // 2. Which of those are stored: one stored after this read is subtracted twice below.
+        let ids: Vec<OrderId> = outbox.iter().map(|order| order.id).collect();
+        let stored: HashSet<OrderId> = self.store.stored_among(&ids).await?.into_iter().collect();
+        // 3. Stock and holdings.
+        let Some(product) = self.store.product(id).await? else {
+            return Ok(());
+        };
+        let mut holdings: HashMap<UserId, u32> =
+            self.store.holdings(id).await?.into_iter().collect();
+        // 4. Cancelled orders, after the stock: a cancel in between counts as not returned
+        //    yet, and its release is then ignored.
+        let released = self.store.cancelled_orders(id).await?;
+        let mut remaining = product.stock;
+        for order in outbox.iter().filter(|order| !stored.contains(&order.id)) {
+            remaining -= i64::from(order.quantity.get());
+            *holdings.entry(order.user_id).or_default() += order.quantity.get();
+        }
+        let remaining = remaining.max(0);
         self.gate
             .load(GateProduct {
-                id: product.id,
+                id,
                 window: product.window,
-                remaining: product.stock,
+                remaining,
                 per_user_limit: product.per_user_limit,
-                holdings,
+                holdings: holdings.into_iter().collect(),
+                released,
             })
             .await?;
-        self.catalog.mark_loaded(product.id, product.stock == 0);
-        tracing::info!(product = product.id.0, stock = product.stock, "preheated");
+        self.catalog.mark_loaded(id, remaining == 0);
+        tracing::info!(product = id.0, remaining, "preheated");
         Ok(())
     }
 

@@ -3,8 +3,9 @@
 //! whichever update matches `status = 'awaiting_payment'` first wins, the other sees it lost.
 
 use super::SaleService;
-use crate::domain::{Order, OrderId, OrderStatus, UserId};
+use crate::domain::{Millis, Order, OrderId, OrderStatus, UserId};
 use crate::store::StoreError;
+use async_trait::async_trait;
 
 /// Why an order operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -18,9 +19,45 @@ pub enum OrderError {
     Cancelled,
     #[error("the payment window has closed; the order is cancelled")]
     WindowClosed,
+    /// Not in the database, but its id was made moments ago (cluster mode): it may still be on
+    /// its way from the outbox.
+    #[error("the order is still being recorded; try again in a moment")]
+    Pending,
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The payment queue could not take a payment.
+    #[error("payments are unavailable: {0}")]
+    Unavailable(#[source] anyhow::Error),
 }
+
+/// What became of a payment.
+#[derive(Debug)]
+pub enum Payment {
+    /// Applied: the order as it now stands.
+    Paid(Order),
+    /// The order is still on its way to the database: the payment waits in the paid queue and
+    /// is applied once the order is stored.
+    Queued(OrderId),
+}
+
+/// A payment to apply later, once its order is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuedPayment {
+    pub order: OrderId,
+    pub user: UserId,
+    /// When the buyer paid: the payment window is judged at this instant.
+    pub at: Millis,
+}
+
+/// Where payments for orders not stored yet wait (RabbitMQ's paid queue).
+#[async_trait]
+pub trait PaymentQueue: Send + Sync + 'static {
+    /// Hands a payment over durably (confirmed by the broker).
+    async fn enqueue(&self, payment: QueuedPayment) -> anyhow::Result<()>;
+}
+
+/// How long after its id was made a missing order may still be in the pipeline.
+const IN_FLIGHT_FOR_MS: i64 = 60_000;
 
 /// How many overdue orders one sweep step reads at a time.
 const SWEEP_BATCH: i64 = 500;
@@ -30,7 +67,19 @@ impl SaleService {
     pub async fn order_of(&self, user: UserId, id: OrderId) -> Result<Order, OrderError> {
         match self.store.order(id).await? {
             Some(order) if order.user_id == user => Ok(order),
-            _ => Err(OrderError::NotFound),
+            Some(_) => Err(OrderError::NotFound),
+            None => Err(self.missing(id)),
+        }
+    }
+
+    /// Why an order is not in the database: still in the pipeline if the gate keeps an outbox
+    /// and the id was made moments ago, else it does not exist.
+    fn missing(&self, id: OrderId) -> OrderError {
+        let age = self.now() - crate::ids::made_at(id.0);
+        if self.gate.keeps_outbox() && (0..IN_FLIGHT_FOR_MS).contains(&age) {
+            OrderError::Pending
+        } else {
+            OrderError::NotFound
         }
     }
 
@@ -40,16 +89,45 @@ impl SaleService {
     }
 
     /// Pays an order (sandbox payment: the money is taken as given). Paying a paid order again
-    /// is a no-op success, so a retried request is harmless.
-    pub async fn pay(&self, user: UserId, id: OrderId) -> Result<Order, OrderError> {
+    /// is a no-op success, so a retried request is harmless. An order still on its way to the
+    /// database is paid through the paid queue when there is one.
+    pub async fn pay(&self, user: UserId, id: OrderId) -> Result<Payment, OrderError> {
+        let at = self.now();
+        match self.apply_payment(user, id, at).await {
+            Err(OrderError::Pending) => {
+                let Some(queue) = self.payments.get() else {
+                    return Err(OrderError::Pending);
+                };
+                let payment = QueuedPayment {
+                    order: id,
+                    user,
+                    at,
+                };
+                queue
+                    .enqueue(payment)
+                    .await
+                    .map_err(OrderError::Unavailable)?;
+                Ok(Payment::Queued(id))
+            }
+            paid => paid.map(Payment::Paid),
+        }
+    }
+
+    /// Pays an order as of `at`, when the buyer paid: the window is judged at that instant, so
+    /// a payment applied late from the queue counts when it was made.
+    pub async fn apply_payment(
+        &self,
+        user: UserId,
+        id: OrderId,
+        at: Millis,
+    ) -> Result<Order, OrderError> {
         let order = self.order_of(user, id).await?;
         match order.status {
             OrderStatus::Paid => return Ok(order),
             OrderStatus::Cancelled => return Err(OrderError::Cancelled),
             OrderStatus::AwaitingPayment => {}
         }
-        let now = self.now();
-        if self.store.mark_paid(id, now).await? {
+        if self.store.mark_paid(id, at).await? {
             return self.order_of(user, id).await;
         }
         // Lost a race, or the window closed: look at what won.
@@ -102,12 +180,14 @@ impl SaleService {
     }
 
     /// Cancels one order if its payment window has closed: the fast path of deadlines (the
-    /// delay queue), with the sweep as the backstop. True when this call cancelled it.
-    pub async fn expire(&self, id: OrderId) -> Result<bool, OrderError> {
-        match self.store.order(id).await? {
-            Some(order) if order.is_overdue(self.now()) => Ok(self.cancel_now(id).await?.is_some()),
-            _ => Ok(false),
+    /// delay queue), with the sweep as the backstop.
+    pub async fn expire(&self, id: OrderId) -> Result<(), OrderError> {
+        if let Some(order) = self.store.order(id).await?
+            && order.is_overdue(self.now())
+        {
+            self.cancel_now(id).await?;
         }
+        Ok(())
     }
 
     /// The one way an order gets cancelled: the conditional update, then (only for the caller

@@ -68,8 +68,8 @@ impl SaleService {
         Ok(audit)
     }
 
-    /// The database first, then the gate: a worker storing orders in between makes the gate
-    /// look short (a passing positive drift), never long.
+    /// The database first, then the gate: orders moving through the pipeline in between show
+    /// as a passing drift, which the caller measures again.
     async fn measure(&self, id: ProductId) -> anyhow::Result<ProductAudit> {
         let product = self
             .store
@@ -97,9 +97,6 @@ impl SaleService {
         let _serialized = self.preheat_lock.lock().await;
         self.gate.forget(id).await?;
         self.catalog.mark_unloaded(id);
-        if let Some(product) = self.store.product(id).await? {
-            self.preheat(&product).await?;
-        }
-        Ok(())
+        self.preheat(id).await
     }
 }

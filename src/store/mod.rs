@@ -133,4 +133,8 @@ pub trait Store: Send + Sync + 'static {
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>>;
     /// Orders awaiting payment whose window closed before `now`, oldest deadline first.
     async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>>;
+    /// A product's cancelled orders: a rebuilt gate must not take their stock back again.
+    async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>>;
+    /// Which of `candidates` are stored.
+    async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>>;
 }

@@ -160,6 +160,7 @@ async fn nobody_sees_or_touches_another_buyers_order() {
     let tokens = app.users(2).await;
     let (_, order) = app.buy(&tokens[0], product, 1).await;
     let id = order["order_id"].as_str().unwrap();
+    app.settle().await;
     let response = app
         .client
         .get(app.url(&format!("/api/v1/orders/{id}")))

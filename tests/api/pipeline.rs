@@ -107,3 +107,151 @@ async fn the_delay_queue_alone_cancels_an_unpaid_order_when_its_window_closes() 
         StatusCode::ACCEPTED
     );
 }
+
+/// A server over the local Redis (and RabbitMQ when `amqp`) that runs no worker, so orders stay
+/// in the outbox until `worker` starts one over the same backends.
+struct Stalled {
+    db: Arc<TestDatabase>,
+    prefix: String,
+    amqp: bool,
+}
+
+impl Stalled {
+    fn new(db: TestDatabase, amqp: bool) -> Self {
+        Self {
+            db: Arc::new(db),
+            prefix: fresh_prefix(),
+            amqp,
+        }
+    }
+
+    async fn spawn(&self, worker: bool) -> TestApp {
+        let (prefix, amqp) = (self.prefix.clone(), self.amqp);
+        TestApp::spawn_on(self.db.clone(), Arc::new(SystemClock), move |c| {
+            c.redis_url = Some(redis_url());
+            c.redis_key_prefix = prefix.clone();
+            c.run_worker = worker;
+            if amqp {
+                c.amqp_url = Some(
+                    std::env::var("SECKILL_TEST_AMQP_URL")
+                        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
+                );
+                c.amqp_prefix = format!("{}.", prefix.replace(':', "."));
+                c.amqp_queue_expiry_secs = Some(600);
+            }
+        })
+        .await
+    }
+}
+
+#[tokio::test]
+async fn an_order_still_in_the_outbox_is_pending_not_missing() {
+    let stalled = Stalled::new(TestDatabase::fresh().await, false);
+    let app = stalled.spawn(false).await;
+    let product = app.live_product(5, 1).await;
+    let tokens = app.users(1).await;
+    let (_, order) = app.buy(&tokens[0], product, 1).await;
+    let path = format!("/api/v1/orders/{}", order["order_id"].as_str().unwrap());
+    let response = app
+        .client
+        .get(app.url(&path))
+        .bearer_auth(&tokens[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["retry-after"], "1");
+    let (status, body) = crate::helpers::status_and_json(response).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "order_pending")
+    );
+    // An id that was never made (or long ago) is simply not found.
+    let (status, body) = app.get_json_as(&tokens[0], "/api/v1/orders/12345").await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::NOT_FOUND, "order_not_found")
+    );
+
+    let worker = stalled.spawn(true).await;
+    worker.settle().await;
+    let (status, body) = app.get_json_as(&tokens[0], &path).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("awaiting_payment"))
+    );
+}
+
+#[tokio::test]
+async fn a_payment_for_an_order_still_in_the_outbox_waits_in_the_paid_queue() {
+    let stalled = Stalled::new(TestDatabase::fresh().await, true);
+    let app = stalled.spawn(false).await;
+    let product = app.live_product(5, 1).await;
+    let tokens = app.users(1).await;
+    let (_, order) = app.buy(&tokens[0], product, 1).await;
+    let id = order["order_id"].as_str().unwrap();
+    let response = app
+        .client
+        .post(app.url(&format!("/api/v1/orders/{id}/pay")))
+        .bearer_auth(&tokens[0])
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = crate::helpers::status_and_json(response).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "payment_pending");
+
+    // The worker stores the order, and the queued payment (going round the retry queue until
+    // then) pays it.
+    let _worker = stalled.spawn(true).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, body) = app
+            .get_json_as(&tokens[0], &format!("/api/v1/orders/{id}"))
+            .await;
+        if body["status"] == "paid" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_buy_script_sent_twice_takes_the_stock_once() {
+    use seckill::domain::{
+        Money, Order, OrderId, OrderStatus, ProductId, Quantity, SaleWindow, UserId,
+    };
+    use seckill::gate::{GateProduct, StockGate, redis::RedisGate};
+
+    let gate = RedisGate::new(redis().await, &fresh_prefix());
+    let now = 1_800_000_000_000;
+    gate.load(GateProduct {
+        id: ProductId(1),
+        window: SaleWindow::new(now - 1_000, now + 60_000).unwrap(),
+        remaining: 5,
+        per_user_limit: 2,
+        holdings: vec![],
+        released: vec![],
+    })
+    .await
+    .unwrap();
+    let price = Money::from_cents(100).unwrap();
+    let order = Order {
+        id: OrderId(42),
+        user_id: UserId(7),
+        product_id: ProductId(1),
+        product_name: "Kettle".into(),
+        unit_price: price,
+        quantity: Quantity::parse(1).unwrap(),
+        total: price,
+        status: OrderStatus::AwaitingPayment,
+        created_at: now,
+        pay_before: now + 900_000,
+        paid_at: None,
+        cancelled_at: None,
+    };
+    // A cluster client re-sends a script whose reply timed out: same order, same answer.
+    assert_eq!(gate.reserve(&order, now).await.unwrap(), 4);
+    assert_eq!(gate.reserve(&order, now + 5_000).await.unwrap(), 4);
+    assert_eq!(gate.outbox(ProductId(1)).await.unwrap(), vec![order]);
+}

@@ -108,3 +108,35 @@ async fn a_redis_that_lost_its_data_is_rebuilt_from_the_database_without_oversel
     app.assert_gate_rebuilt_after_two_of_three_sold(product, &tokens)
         .await;
 }
+
+#[tokio::test]
+async fn stock_a_cancel_returns_on_one_server_goes_back_on_sale_on_the_other() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let first = server_on(&db, &prefix).await;
+    let product = first.live_product(1, 1).await;
+    let second = server_on(&db, &prefix).await;
+    let tokens = first.users(3).await;
+    let order = first.buy_each(&tokens[..1], product).await.remove(0).1;
+    // The second server learns the product is sold out and remembers it locally.
+    let (status, body) = second.buy(&tokens[1], product, 1).await;
+    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "sold_out"));
+
+    assert_eq!(
+        first.order_action(&tokens[0], &order, "cancel").await.0,
+        StatusCode::OK
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, body) = second.buy(&tokens[2], product, 1).await;
+        if status == StatusCode::ACCEPTED {
+            break;
+        }
+        assert_eq!(code(&body), "sold_out");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second server still says sold out"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

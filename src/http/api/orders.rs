@@ -8,11 +8,14 @@ use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
+use crate::sale::Payment;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
+use serde_json::json;
 
 /// `/orders`.
 pub fn router() -> Router<AppState> {
@@ -63,13 +66,21 @@ async fn my_order(
     Ok(AppJson(OrderView::from(&order)))
 }
 
+/// `200` with the paid order, or `202` when the order is still on its way to the database and
+/// the payment waits in the paid queue (`{"order_id", "status": "payment_pending"}`).
 async fn pay(
     State(state): State<AppState>,
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
-) -> Result<AppJson<OrderView>, ApiError> {
-    let order = state.sale.pay(user.id, OrderId(id)).await?;
-    Ok(AppJson(OrderView::from(&order)))
+) -> Result<Response, ApiError> {
+    Ok(match state.sale.pay(user.id, OrderId(id)).await? {
+        Payment::Paid(order) => AppJson(OrderView::from(&order)).into_response(),
+        Payment::Queued(id) => (
+            StatusCode::ACCEPTED,
+            AppJson(json!({ "order_id": id, "status": "payment_pending" })),
+        )
+            .into_response(),
+    })
 }
 
 async fn cancel(

@@ -5,11 +5,13 @@
 //! back and pause. The loop reconnects after losing the broker.
 
 use super::Topology;
-use super::relay::{confirming_channel, publish_confirmed};
-use crate::domain::{Order, OrderId};
-use crate::pipeline::drain::{Fate, fate_of_insert};
+use super::publisher::{Message, OUTBOX_ENTRY, confirming_channel, publish_confirmed};
+use crate::domain::{Order, OrderId, ProductId};
+use crate::gate::outbox::Outbox;
+use crate::pipeline::drain::{Fate, store_batch};
 use crate::sale::SaleService;
 use crate::store::Store;
+use anyhow::ensure;
 use async_trait::async_trait;
 use futures_util::{FutureExt, StreamExt};
 use lapin::Channel;
@@ -17,7 +19,8 @@ use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
 };
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -25,48 +28,75 @@ use tokio::sync::watch;
 /// Handles one queue's messages.
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
-    /// The fate of each message of a batch. An error puts the whole batch back, to be tried
-    /// again after a pause.
-    async fn handle(&self, bodies: &[&[u8]], channel: &Channel) -> anyhow::Result<Vec<Fate>>;
+    /// The fate of each message of a batch, in order. An error puts the whole batch back, to
+    /// be tried again after a pause. `channel` is in confirm mode, for follow-up messages.
+    async fn handle(&self, batch: &[Delivery], channel: &Channel) -> anyhow::Result<Vec<Fate>>;
 }
 
-/// Stores accepted orders, then publishes each one's deadline to the delay queue.
+/// Stores accepted orders, deletes their outbox entries, and starts each one's payment clock
+/// in the delay queue.
 pub struct StoreOrders {
     pub store: Arc<dyn Store>,
+    pub outbox: Outbox,
     pub topology: Topology,
 }
 
 #[async_trait]
 impl Handler for StoreOrders {
-    async fn handle(&self, bodies: &[&[u8]], channel: &Channel) -> anyhow::Result<Vec<Fate>> {
-        let decoded: Vec<_> = bodies.iter().map(|body| Order::decode(body)).collect();
+    async fn handle(&self, batch: &[Delivery], channel: &Channel) -> anyhow::Result<Vec<Fate>> {
+        let decoded: Vec<_> = batch.iter().map(|d| Order::decode(&d.data)).collect();
         let orders: Vec<Order> = decoded
             .iter()
             .filter_map(|o| o.as_ref().ok().cloned())
             .collect();
-        let mut stored = self.store.insert_orders(&orders).await?.into_iter();
+        let mut stored = store_batch(&*self.store, &orders).await?.into_iter();
         let fates: Vec<Fate> = decoded
             .iter()
             .map(|order| match order {
-                Ok(_) => stored.next().map_or(Fate::Safe, fate_of_insert),
-                Err(e) => Fate::Dead(e.to_string()),
+                Ok(_) => stored.next(),
+                Err(e) => Some(Fate::Dead(e.to_string())),
             })
-            .collect();
+            .collect::<Option<_>>()
+            .ok_or_else(|| anyhow::anyhow!("the store lost track of its batch"))?;
         // Duplicates too: a worker may have died between storing and publishing.
-        let deadlines = decoded
+        let deadlines: Vec<Message> = decoded
             .iter()
             .zip(&fates)
             .filter_map(|(order, fate)| order.as_ref().ok().filter(|_| *fate == Fate::Safe))
-            .map(|order| (order.id.to_string(), order.id.to_string().into_bytes()))
+            .map(|order| Message {
+                id: order.id.to_string(),
+                body: order.id.to_string().into_bytes(),
+                outbox_entry: None,
+            })
             .collect();
         publish_confirmed(
             channel,
             &self.topology,
             &self.topology.wait_key(),
-            deadlines,
+            &deadlines,
         )
         .await?;
+        // Stored or dead-lettered, the order has left the outbox for good.
+        let mut entries: HashMap<ProductId, Vec<String>> = HashMap::new();
+        for (delivery, order) in batch.iter().zip(&decoded) {
+            if let (Ok(order), Some(entry)) = (order, outbox_entry(delivery)) {
+                entries.entry(order.product_id).or_default().push(entry);
+            }
+        }
+        for (product, ids) in &entries {
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            self.outbox.finish(*product, &ids).await?;
+        }
         Ok(fates)
+    }
+}
+
+/// The outbox entry a relayed order came from.
+fn outbox_entry(delivery: &Delivery) -> Option<String> {
+    let headers = delivery.properties.headers().as_ref()?;
+    match headers.inner().get(OUTBOX_ENTRY)? {
+        AMQPValue::LongString(entry) => String::from_utf8(entry.as_bytes().to_vec()).ok(),
+        _ => None,
     }
 }
 
@@ -77,10 +107,12 @@ pub struct CancelOverdue {
 
 #[async_trait]
 impl Handler for CancelOverdue {
-    async fn handle(&self, bodies: &[&[u8]], _channel: &Channel) -> anyhow::Result<Vec<Fate>> {
-        let mut fates = Vec::with_capacity(bodies.len());
-        for body in bodies {
-            let id = std::str::from_utf8(body).ok().and_then(|s| s.parse().ok());
+    async fn handle(&self, batch: &[Delivery], _channel: &Channel) -> anyhow::Result<Vec<Fate>> {
+        let mut fates = Vec::with_capacity(batch.len());
+        for delivery in batch {
+            let id = std::str::from_utf8(&delivery.data)
+                .ok()
+                .and_then(|s| s.parse().ok());
             let Some(id) = id else {
                 fates.push(Fate::Dead("not an order id".into()));
                 continue;
@@ -165,9 +197,12 @@ impl Consume {
         channel: &Channel,
         batch: Vec<Delivery>,
     ) -> anyhow::Result<()> {
-        let bodies: Vec<&[u8]> = batch.iter().map(|d| d.data.as_slice()).collect();
-        match handler.handle(&bodies, channel).await {
+        match handler.handle(&batch, channel).await {
             Ok(fates) => {
+                ensure!(
+                    fates.len() == batch.len(),
+                    "the handler lost track of its batch"
+                );
                 for (delivery, fate) in batch.iter().zip(fates) {
                     match fate {
                         Fate::Safe => delivery.ack(BasicAckOptions::default()).await?,

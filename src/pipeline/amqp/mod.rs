@@ -7,6 +7,8 @@
 //! | `new` | `Porders` | accepted orders, stored by workers in batches |
 //! | `wait.<ms>` | `Pdeadline.wait.<ms>ms` | one message per stored order; no consumer: each expires after the payment window (a queue-level TTL, so no short message waits behind a long one) and is dead-lettered to `deadline` |
 //! | `deadline` | `Pdeadline` | orders whose payment window has closed, cancelled by workers if still unpaid |
+//! | `paid` | `Ppaid` | payments made while their order was still on its way to the database, applied by workers |
+//! | `paid.retry` | `Ppaid.retry` | such payments whose order is still not stored; no consumer: back to `paid` after a second |
 //!
 //! Messages no worker can ever handle (unreadable, or refused by the database) are rejected and
 //! dead-lettered to the fanout exchange `Pdead`, into the queue `Pdead`, for an operator.
@@ -15,17 +17,25 @@
 //! a bounded prefetch; every handler is idempotent, since any message may come twice.
 
 pub mod consumers;
+pub mod payments;
+pub mod publisher;
 pub mod relay;
 
 use anyhow::Context;
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 /// Routing key of accepted orders.
 const NEW: &str = "new";
 /// Routing key of closed payment windows.
 const DEADLINE: &str = "deadline";
+/// Routing key of payments for orders not stored yet.
+const PAID: &str = "paid";
+/// Routing key of payments to try again in a second.
+const PAID_RETRY: &str = "paid.retry";
+/// How long a payment waits before it is tried again.
+const PAID_RETRY_MS: i64 = 1_000;
 
 /// The names of one deployment's exchanges and queues.
 #[derive(Debug, Clone)]
@@ -79,6 +89,15 @@ impl Topology {
         format!("{}deadline", self.prefix)
     }
 
+    /// The queue of payments to apply.
+    pub fn paid_queue(&self) -> String {
+        format!("{}paid", self.prefix)
+    }
+
+    fn paid_retry_queue(&self) -> String {
+        format!("{}paid.retry", self.prefix)
+    }
+
     /// The dead-letter queue.
     pub fn dead_queue(&self) -> String {
         format!("{}dead", self.prefix)
@@ -109,7 +128,16 @@ impl Topology {
         let to_dead = dead_letter_to(&self.dead_exchange(), None);
         self.queue(channel, &self.orders_queue(), NEW, to_dead.clone())
             .await?;
-        self.queue(channel, &self.deadline_queue(), DEADLINE, to_dead)
+        self.queue(channel, &self.deadline_queue(), DEADLINE, to_dead.clone())
+            .await?;
+        self.queue(channel, &self.paid_queue(), PAID, to_dead)
+            .await?;
+        let mut retry = dead_letter_to(&self.exchange(), Some(PAID));
+        retry.insert(
+            "x-message-ttl".into(),
+            AMQPValue::LongLongInt(PAID_RETRY_MS),
+        );
+        self.queue(channel, &self.paid_retry_queue(), PAID_RETRY, retry)
             .await?;
         let mut wait = dead_letter_to(&self.exchange(), Some(DEADLINE));
         wait.insert(
@@ -190,13 +218,6 @@ fn dead_letter_to(exchange: &str, routing_key: Option<&str>) -> FieldTable {
         );
     }
     args
-}
-
-/// A persistent message, so it survives a broker restart.
-fn persistent(message_id: String) -> BasicProperties {
-    BasicProperties::default()
-        .with_delivery_mode(2)
-        .with_message_id(ShortString::from(message_id))
 }
 
 /// Connects and declares the topology; returns the connection and a channel on it.

@@ -49,6 +49,7 @@ struct Statements {
     cancel_order: Arc<str>,
     return_stock: Arc<str>,
     overdue_orders: Arc<str>,
+    cancelled_orders: Arc<str>,
 }
 
 impl Statements {
@@ -126,6 +127,9 @@ impl Statements {
             overdue_orders: sql(
                 "SELECT id FROM orders WHERE status = 'awaiting_payment' AND pay_before <= ? \
                  ORDER BY pay_before LIMIT ?",
+            ),
+            cancelled_orders: sql(
+                "SELECT id FROM orders WHERE product_id = ? AND status = 'cancelled'",
             ),
         }
     }
@@ -497,8 +501,38 @@ impl Store for SqlStore {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|row| Ok(OrderId(row.try_get(0)?)))
-            .collect()
+        ids(&rows)
     }
+
+    async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>> {
+        let rows = query(&self.sql.cancelled_orders)
+            .bind(product.0)
+            .fetch_all(&self.pool)
+            .await?;
+        ids(&rows)
+    }
+
+    async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
+        let mut stored = Vec::new();
+        for chunk in candidates.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql: Arc<str> = self
+                .dialect
+                .placeholders(&format!("SELECT id FROM orders WHERE id IN ({marks})"))
+                .into();
+            let mut select = query(&sql);
+            for id in chunk {
+                select = select.bind(id.0);
+            }
+            stored.extend(ids(&select.fetch_all(&self.pool).await?)?);
+        }
+        Ok(stored)
+    }
+}
+
+/// The first column of each row, as order ids.
+fn ids(rows: &[sqlx::any::AnyRow]) -> StoreResult<Vec<OrderId>> {
+    rows.iter()
+        .map(|row| Ok(OrderId(row.try_get(0)?)))
+        .collect()
 }
