@@ -51,9 +51,14 @@ fn random_secret() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Where the generated session-signing secret is kept in the database.
+pub(crate) const TOKEN_SECRET: &str = "token_secret";
+/// Where the generated admin token is kept in the database.
+pub(crate) const ADMIN_TOKEN: &str = "admin_token";
+
 /// The configured secret, or the one generated on first start and kept in the database.
 /// Returns whether this call generated it.
-async fn secret_setting(
+pub(crate) async fn secret_setting(
     store: &dyn Store,
     configured: Option<&Secret>,
     key: &str,
@@ -221,9 +226,9 @@ impl App {
         let mut core = Core::build(config, clock.clone()).await?;
         core.start_scheduler();
         let store = core.store.clone();
-        let (secret, _) = secret_setting(&*store, config.secret.as_ref(), "token_secret").await?;
+        let (secret, _) = secret_setting(&*store, config.secret.as_ref(), TOKEN_SECRET).await?;
         let (admin_token, generated) =
-            secret_setting(&*store, config.admin_token.as_ref(), "admin_token").await?;
+            secret_setting(&*store, config.admin_token.as_ref(), ADMIN_TOKEN).await?;
         let worker = if config.run_worker {
             core.start_worker(config).await?
         } else {

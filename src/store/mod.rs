@@ -79,6 +79,14 @@ pub trait Store: Send + Sync + 'static {
         password_hash: &str,
         now: Millis,
     ) -> StoreResult<Option<UserId>>;
+    /// Creates many accounts sharing one password hash in one transaction (bulk imports, the
+    /// load generator's crowd); `None` for each name that is taken.
+    async fn create_users(
+        &self,
+        usernames: &[Username],
+        password_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<Option<UserId>>>;
     /// The account with this name.
     async fn user_by_name(&self, username: &str) -> StoreResult<Option<UserRecord>>;
 

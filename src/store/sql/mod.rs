@@ -334,6 +334,25 @@ impl Store for SqlStore {
         Ok(self.insert_id(&self.pool, insert).await?.map(UserId))
     }
 
+    async fn create_users(
+        &self,
+        usernames: &[Username],
+        password_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<Option<UserId>>> {
+        let mut tx = self.pool.begin().await?;
+        let mut ids = Vec::with_capacity(usernames.len());
+        for username in usernames {
+            let insert = query(&self.sql.insert_user)
+                .bind(username.as_str().to_owned())
+                .bind(password_hash.to_owned())
+                .bind(now);
+            ids.push(self.insert_id(&mut *tx, insert).await?.map(UserId));
+        }
+        tx.commit().await?;
+        Ok(ids)
+    }
+
     async fn user_by_name(&self, username: &str) -> StoreResult<Option<UserRecord>> {
         let row = query(&self.sql.user_by_name)
             .bind(username.to_owned())

@@ -1,0 +1,298 @@
+//! The crowd: `concurrency` shoppers in flight at once, each taking the next shopper of the
+//! sale in turn, until the time or the request budget runs out. Every answer is timed into an
+//! HDR histogram per kind of request and counted by its outcome (`accepted`, `sold_out`, …);
+//! every accepted order id is kept, for the checks.
+
+use super::Scenario;
+use super::setup::Sale;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What to fire.
+pub struct Plan {
+    pub base: String,
+    pub scenario: Scenario,
+    pub concurrency: usize,
+    pub duration: Duration,
+    pub requests: Option<u64>,
+    pub sale: Option<Sale>,
+}
+
+/// A buy the server accepted.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    pub order: i64,
+    pub units: i64,
+}
+
+/// Everything a run saw.
+pub struct Outcome {
+    pub elapsed: Duration,
+    /// Latency in microseconds, by kind of request (`buy`, `browse`, `pay`, …).
+    pub latency: BTreeMap<&'static str, Histogram<u64>>,
+    /// Answers by kind and outcome, e.g. `buy accepted` or `buy sold_out`.
+    pub answers: BTreeMap<String, u64>,
+    pub accepted: Vec<Accepted>,
+    /// Orders the crowd cancelled (mixed scenario), whose units went back on sale.
+    pub cancelled: Vec<Accepted>,
+}
+
+impl Outcome {
+    /// HTTP requests answered (or failed).
+    pub fn requests(&self) -> u64 {
+        self.answers.values().sum()
+    }
+
+    /// How many answers of `kind` had `outcome`.
+    pub fn count(&self, kind: &str, outcome: &str) -> u64 {
+        self.answers
+            .get(&format!("{kind} {outcome}"))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// One shopper-slot's own tallies, merged at the end (no locks while firing).
+struct Tally {
+    latency: BTreeMap<&'static str, Histogram<u64>>,
+    answers: BTreeMap<String, u64>,
+    accepted: Vec<Accepted>,
+    cancelled: Vec<Accepted>,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Self {
+            latency: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            accepted: Vec::new(),
+            cancelled: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, kind: &'static str, took: Duration, outcome: &str) {
+        let histogram = self.latency.entry(kind).or_insert_with(new_histogram);
+        histogram.saturating_record(took.as_micros() as u64);
+        *self.answers.entry(format!("{kind} {outcome}")).or_default() += 1;
+    }
+
+    fn merge(&mut self, other: Tally) {
+        for (kind, histogram) in other.latency {
+            let mine = self.latency.entry(kind).or_insert_with(new_histogram);
+            let _ = mine.add(&histogram);
+        }
+        for (answer, n) in other.answers {
+            *self.answers.entry(answer).or_default() += n;
+        }
+        self.accepted.extend(other.accepted);
+        self.cancelled.extend(other.cancelled);
+    }
+}
+
+/// 1 µs to 60 s at three significant digits.
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Live counters for the progress line.
+#[derive(Default)]
+struct Live {
+    requests: AtomicU64,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Shared by the shopper-slots.
+struct Crowd {
+    client: reqwest::Client,
+    plan: Plan,
+    next_shopper: AtomicUsize,
+    issued: AtomicU64,
+    /// Accepted visits of the mixed scenario, to pay or cancel them in a fixed proportion.
+    visits: AtomicU64,
+    live: Live,
+}
+
+/// Fires the crowd and collects what it saw.
+pub async fn drive(client: reqwest::Client, plan: Plan) -> Outcome {
+    let started = Instant::now();
+    let deadline = started + plan.duration;
+    let concurrency = plan.concurrency;
+    let crowd = Arc::new(Crowd {
+        client,
+        plan,
+        next_shopper: AtomicUsize::new(0),
+        issued: AtomicU64::new(0),
+        visits: AtomicU64::new(0),
+        live: Live::default(),
+    });
+    let progress = tokio::spawn(show_progress(crowd.clone(), started));
+    let slots: Vec<_> = (0..concurrency)
+        .map(|_| tokio::spawn(crowd.clone().slot(deadline)))
+        .collect();
+    let mut total = Tally::new();
+    for slot in slots {
+        if let Ok(tally) = slot.await {
+            total.merge(tally);
+        }
+    }
+    let elapsed = started.elapsed();
+    progress.abort();
+    Outcome {
+        elapsed,
+        latency: total.latency,
+        answers: total.answers,
+        accepted: total.accepted,
+        cancelled: total.cancelled,
+    }
+}
+
+async fn show_progress(crowd: Arc<Crowd>, started: Instant) {
+    let bar = ProgressBar::new(crowd.plan.duration.as_millis() as u64);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {elapsed:>4} {msg}") {
+        bar.set_style(style);
+    }
+    let mut last = (Instant::now(), 0);
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let live = &crowd.live;
+        let requests = live.requests.load(Ordering::Relaxed);
+        let rate = (requests - last.1) as f64 / last.0.elapsed().as_secs_f64();
+        last = (Instant::now(), requests);
+        bar.set_position(started.elapsed().as_millis() as u64);
+        bar.set_message(format!(
+            "{requests} requests  {rate:.0}/s  accepted {}  refused {}  failed {}",
+            live.accepted.load(Ordering::Relaxed),
+            live.refused.load(Ordering::Relaxed),
+            live.failed.load(Ordering::Relaxed),
+        ));
+    }
+}
+
+/// What one request came back with.
+struct Answer {
+    outcome: String,
+    body: Value,
+}
+
+impl Crowd {
+    /// One slot: fires until the deadline or the request budget.
+    async fn slot(self: Arc<Self>, deadline: Instant) -> Tally {
+        let mut tally = Tally::new();
+        while Instant::now() < deadline {
+            let turn = self.issued.fetch_add(1, Ordering::Relaxed);
+            if self.plan.requests.is_some_and(|max| turn >= max) {
+                break;
+            }
+            match (&self.plan.sale, self.plan.scenario) {
+                (Some(sale), Scenario::Mixed) => self.shop(sale, &mut tally).await,
+                (Some(sale), _) => {
+                    self.buy(sale, self.next(sale), &mut tally).await;
+                }
+                (None, _) => {
+                    self.send(&mut tally, "healthz", self.get("/healthz")).await;
+                }
+            }
+        }
+        tally
+    }
+
+    fn next<'s>(&self, sale: &'s Sale) -> &'s str {
+        let i = self.next_shopper.fetch_add(1, Ordering::Relaxed);
+        &sale.shoppers[i % sale.shoppers.len()]
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client.get(format!("{}{path}", self.plan.base))
+    }
+
+    fn post(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}{path}", self.plan.base))
+            .bearer_auth(token)
+    }
+
+    /// Sends, times and classifies one request.
+    async fn send(
+        &self,
+        tally: &mut Tally,
+        kind: &'static str,
+        request: reqwest::RequestBuilder,
+    ) -> Answer {
+        let started = Instant::now();
+        let answer = match request.send().await {
+            Ok(response) => {
+                let status = response.status();
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                let outcome = match (status.as_u16(), body["error"]["code"].as_str()) {
+                    (202, _) => "accepted".to_owned(),
+                    (200..=299, _) => "ok".to_owned(),
+                    (_, Some(code)) => code.to_owned(),
+                    (other, None) => format!("http_{other}"),
+                };
+                Answer { outcome, body }
+            }
+            Err(e) => Answer {
+                outcome: if e.is_timeout() {
+                    "timeout"
+                } else {
+                    "connection_error"
+                }
+                .to_owned(),
+                body: Value::Null,
+            },
+        };
+        tally.record(kind, started.elapsed(), &answer.outcome);
+        let live = &self.live;
+        live.requests.fetch_add(1, Ordering::Relaxed);
+        match answer.outcome.as_str() {
+            "accepted" | "ok" => &live.accepted,
+            "timeout" | "connection_error" => &live.failed,
+            _ if answer.outcome.starts_with("http_5") => &live.failed,
+            _ => &live.refused,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+        answer
+    }
+
+    /// One buy of one unit; the accepted order, if any.
+    async fn buy(&self, sale: &Sale, shopper: &str, tally: &mut Tally) -> Option<Accepted> {
+        let request = self
+            .post("/api/v1/orders", shopper)
+            .json(&json!({ "product_id": sale.product.0, "quantity": 1 }));
+        let answer = self.send(tally, "buy", request).await;
+        let order = answer.body["order_id"].as_str()?.parse().ok()?;
+        let accepted = Accepted { order, units: 1 };
+        tally.accepted.push(accepted.clone());
+        Some(accepted)
+    }
+
+    /// A shopper's visit: look at the product, buy, then pay half the orders and cancel a
+    /// quarter of them.
+    async fn shop(&self, sale: &Sale, tally: &mut Tally) {
+        let shopper = self.next(sale);
+        let product = format!("/api/v1/products/{}", sale.product.0);
+        self.send(tally, "browse", self.get(&product)).await;
+        let Some(order) = self.buy(sale, shopper, tally).await else {
+            return;
+        };
+        let visit = self.visits.fetch_add(1, Ordering::Relaxed);
+        let (kind, action) = match visit % 4 {
+            0 | 1 => ("pay", "pay"),
+            2 => ("cancel", "cancel"),
+            _ => return,
+        };
+        let path = format!("/api/v1/orders/{}/{action}", order.order);
+        let answer = self.send(tally, kind, self.post(&path, shopper)).await;
+        if kind == "cancel" && answer.body["status"] == "cancelled" {
+            tally.cancelled.push(order);
+        }
+    }
+}

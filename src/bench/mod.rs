@@ -1,0 +1,161 @@
+//! `seckill bench`: a load generator that drives a running seckill (any mode) over HTTP and then
+//! proves the invariants held. It creates its crowd straight in the database and signs their
+//! session tokens with the server's secret (so a million shoppers cost seconds, not a million
+//! sign-ups), puts a sale on through the admin API, fires the crowd, waits for the pipeline to
+//! drain, and checks what the database holds against every answer it got.
+
+mod load;
+mod report;
+mod setup;
+mod verify;
+
+use crate::config::Config;
+use anyhow::Context;
+use clap::ValueEnum;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of `seckill bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The seckill to drive; default: this configuration's `http_addr` on loopback.
+    #[arg(long)]
+    url: Option<String>,
+    /// What the crowd does.
+    #[arg(long, value_enum, default_value_t = Scenario::Sellout)]
+    scenario: Scenario,
+    /// Requests in flight at once (one connection each).
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// How long to fire, e.g. `10s` or `500ms`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Stop after this many requests, if that comes first.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Shoppers in the crowd.
+    #[arg(long, default_value_t = 10_000)]
+    users: usize,
+    /// Units on sale (default: 1 per 100 shoppers for `sellout`, 1 for `soldout`, more than
+    /// the crowd can buy for `throughput` and `mixed`).
+    #[arg(long)]
+    stock: Option<i64>,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Skip the invariant checks (when this machine cannot reach the server's database).
+    #[arg(long)]
+    no_verify: bool,
+}
+
+/// What the crowd does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// The real flash sale: many shoppers, small stock, one unit each; mostly rejections.
+    Sellout,
+    /// Stock for everyone: every buy succeeds (each shopper may buy up to 100 units).
+    Throughput,
+    /// One unit on sale, gone at once: measures the sold-out rejection path.
+    Soldout,
+    /// Shoppers browse the product, buy, then pay or cancel some of their orders.
+    Mixed,
+    /// `GET /healthz` only: the HTTP ceiling of the same server, to compare against.
+    Ceiling,
+}
+
+impl Scenario {
+    fn stock(self, users: usize) -> i64 {
+        match self {
+            Self::Sellout => (users as i64 / 100).max(1),
+            Self::Soldout => 1,
+            Self::Throughput | Self::Mixed | Self::Ceiling => 100_000_000,
+        }
+    }
+
+    fn per_user_limit(self) -> u32 {
+        match self {
+            Self::Sellout | Self::Soldout => 1,
+            Self::Throughput | Self::Mixed | Self::Ceiling => 100,
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: e.g. 10s or 500ms"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{text:?}: use ms, s or m")),
+    }
+}
+
+/// Runs the benchmark; fails (non-zero exit) when an invariant does not hold.
+pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.concurrency > 0 && args.users > 0,
+        "concurrency and users must be positive"
+    );
+    let base = args
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", config.http_addr))
+        .trim_end_matches('/')
+        .to_owned();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .context("building the HTTP client")?;
+    let stock = args
+        .stock
+        .unwrap_or_else(|| args.scenario.stock(args.users));
+    let sale = if args.scenario == Scenario::Ceiling {
+        None
+    } else {
+        let limit = args.scenario.per_user_limit();
+        Some(setup::prepare(&config, &client, &base, args.users, stock, limit).await?)
+    };
+    let plan = load::Plan {
+        base: base.clone(),
+        scenario: args.scenario,
+        concurrency: args.concurrency,
+        duration: args.duration,
+        requests: args.requests,
+        sale: sale.clone(),
+    };
+    let outcome = load::drive(client, plan).await;
+    let checks = match (&sale, args.no_verify) {
+        (Some(sale), false) => verify::check_sale(sale, &outcome).await?,
+        _ => Vec::new(),
+    };
+    let report = report::Report::new(&args, &base, stock, &outcome, checks);
+    report.print();
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    anyhow::ensure!(report.passed, "an invariant does not hold (see FAIL above)");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("ten").is_err() && parse_duration("5h").is_err());
+    }
+}

@@ -1,0 +1,123 @@
+//! After the crowd: wait for the pipeline to drain, then hold the database against every answer
+//! the crowd got.
+
+use super::load::Outcome;
+use super::setup::Sale;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One invariant and whether it held.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub passed: bool,
+    pub detail: String,
+}
+
+fn check(name: &'static str, passed: bool, detail: String) -> Check {
+    Check {
+        name,
+        passed,
+        detail,
+    }
+}
+
+/// How long the pipeline may take to store what the crowd bought.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Checks the sale's invariants against what the crowd saw.
+pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Check>> {
+    let accepted_units: i64 = outcome.accepted.iter().map(|a| a.units).sum();
+    let cancelled_units: i64 = outcome.cancelled.iter().map(|a| a.units).sum();
+    let expected_sold = accepted_units - cancelled_units;
+    let sold = wait_for_drain(sale, expected_sold).await?;
+    let product = sale
+        .store
+        .product(sale.product)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the bench product vanished"))?;
+    let holdings = sale.store.holdings(sale.product).await?;
+    let ids: Vec<_> = outcome
+        .accepted
+        .iter()
+        .map(|a| crate::domain::OrderId(a.order))
+        .collect();
+    let unique: HashSet<_> = ids.iter().collect();
+    let stored = sale.store.stored_among(&ids).await?.len();
+    let sold_out_seen = outcome.count("buy", "sold_out") > 0;
+    let (expected, why) = if sold_out_seen {
+        (sale.stock, "the crowd met \"sold out\", so all of it")
+    } else {
+        (expected_sold, "never sold out, so what was accepted")
+    };
+    let over_limit = holdings
+        .iter()
+        .filter(|(_, units)| *units > sale.per_user_limit)
+        .count();
+    Ok(vec![
+        check(
+            "sold == min(stock, demand)",
+            sold == expected && sold <= sale.stock,
+            format!("sold {sold} of {} ({why}: {expected})", sale.stock),
+        ),
+        check(
+            "no shopper above the limit",
+            over_limit == 0,
+            format!(
+                "{over_limit} shoppers hold more than {}",
+                sale.per_user_limit
+            ),
+        ),
+        check(
+            "every accepted order is stored",
+            stored == ids.len(),
+            format!("{stored} of {} accepted orders stored", ids.len()),
+        ),
+        check(
+            "no order twice, no order unasked",
+            unique.len() == ids.len() && sold == expected_sold,
+            format!(
+                "{} distinct ids among {} acceptances; {sold} units held for {expected_sold} \
+                 accepted and not cancelled",
+                unique.len(),
+                ids.len()
+            ),
+        ),
+        check(
+            "database ledger balances",
+            product.stock_total - product.stock == sold,
+            format!(
+                "stock_total {} - stock {} = {} sold",
+                product.stock_total,
+                product.stock,
+                product.stock_total - product.stock
+            ),
+        ),
+    ])
+}
+
+/// Units held in stored orders once they stop changing (or reach `expected`).
+async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<i64> {
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    let mut last = (i64::MIN, Instant::now());
+    loop {
+        let sold: i64 = sale
+            .store
+            .holdings(sale.product)
+            .await?
+            .iter()
+            .map(|(_, units)| i64::from(*units))
+            .sum();
+        if sold == expected || Instant::now() >= deadline {
+            return Ok(sold);
+        }
+        if sold != last.0 {
+            last = (sold, Instant::now());
+        } else if last.1.elapsed() >= Duration::from_secs(5) {
+            return Ok(sold);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
