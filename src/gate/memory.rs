@@ -61,19 +61,19 @@ impl StockGate for MemoryGate {
         Ok(())
     }
 
-    async fn load(&self, p: GateProduct) -> Result<(), GateError> {
+    async fn load(&self, p: GateProduct) -> Result<bool, GateError> {
         let slot = Slot {
             window: p.window,
             remaining: p.remaining,
             per_user_limit: p.per_user_limit,
             holdings: p.holdings.into_iter().collect(),
         };
-        self.products
-            .write()
-            .expect("gate map lock poisoned")
-            .entry(p.id)
-            .or_insert_with(|| Arc::new(Mutex::new(slot)));
-        Ok(())
+        let mut products = self.products.write().expect("gate map lock poisoned");
+        if products.contains_key(&p.id) {
+            return Ok(false);
+        }
+        products.insert(p.id, Arc::new(Mutex::new(slot)));
+        Ok(true)
     }
 
     async fn configure(

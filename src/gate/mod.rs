@@ -73,8 +73,8 @@ pub trait StockGate: Send + Sync + 'static {
     }
 
     /// Loads a product unless it is loaded already (another process may have preheated it,
-    /// and buys may be running against it).
-    async fn load(&self, product: GateProduct) -> Result<(), GateError>;
+    /// and buys may be running against it). True when this call loaded it.
+    async fn load(&self, product: GateProduct) -> Result<bool, GateError>;
 
     /// Changes a loaded product's window and limit without touching its stock or buyers.
     async fn configure(

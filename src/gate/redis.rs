@@ -132,7 +132,7 @@ impl StockGate for RedisGate {
         true
     }
 
-    async fn load(&self, p: GateProduct) -> Result<(), GateError> {
+    async fn load(&self, p: GateProduct) -> Result<bool, GateError> {
         let keys = self.keys(p.id);
         let mut call = LOAD.key(keys.sale);
         call.key(keys.buyers)
@@ -148,11 +148,11 @@ impl StockGate for RedisGate {
         for order in &p.released {
             call.arg(order.0);
         }
-        let _loaded_now: i64 = call
+        let loaded_now: i64 = call
             .invoke_async(&mut self.redis.clone())
             .await
             .map_err(unavailable)?;
-        Ok(())
+        Ok(loaded_now == 1)
     }
 
     async fn configure(

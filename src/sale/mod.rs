@@ -168,7 +168,8 @@ impl SaleService {
             *holdings.entry(order.user_id).or_default() += order.quantity.get();
         }
         let remaining = remaining.max(0);
-        self.gate
+        let loaded_now = self
+            .gate
             .load(GateProduct {
                 id,
                 window: product.window,
@@ -178,8 +179,14 @@ impl SaleService {
                 released,
             })
             .await?;
-        self.catalog.mark_loaded(id, remaining == 0);
-        tracing::info!(product = id.0, remaining, "preheated");
+        // Loaded by another process first: its count is the live one, sold out or not.
+        let sold_out = if loaded_now {
+            tracing::info!(product = id.0, remaining, "preheated");
+            remaining == 0
+        } else {
+            matches!(self.gate.remaining(id).await, Ok(Some(0)))
+        };
+        self.catalog.mark_loaded(id, sold_out);
         Ok(())
     }
 
