@@ -136,7 +136,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         (Some(sale), false) => verify::check_sale(sale, &outcome).await?,
         _ => Vec::new(),
     };
-    let report = report::Report::new(&args, &base, stock, &outcome, checks);
+    let report = report::Report::new(&args, &base, sale.as_ref(), &outcome, checks);
     report.print();
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;

@@ -2,6 +2,7 @@
 //! the same as JSON for scripts.
 
 use super::load::Outcome;
+use super::setup::Sale;
 use super::verify::Check;
 use super::{Args, Scenario};
 use hdrhistogram::Histogram;
@@ -39,6 +40,8 @@ pub struct Report {
     pub scenario: Scenario,
     pub url: String,
     pub concurrency: usize,
+    /// The product the crowd bought (none for `ceiling`).
+    pub product: Option<i64>,
     pub stock: i64,
     pub seconds: f64,
     pub requests: u64,
@@ -52,14 +55,21 @@ pub struct Report {
 
 impl Report {
     /// Sums a run up.
-    pub fn new(args: &Args, url: &str, stock: i64, outcome: &Outcome, checks: Vec<Check>) -> Self {
+    pub fn new(
+        args: &Args,
+        url: &str,
+        sale: Option<&Sale>,
+        outcome: &Outcome,
+        checks: Vec<Check>,
+    ) -> Self {
         let seconds = outcome.elapsed.as_secs_f64();
         let requests = outcome.requests();
         Self {
             scenario: args.scenario,
             url: url.to_owned(),
             concurrency: args.concurrency,
-            stock,
+            product: sale.map(|s| s.product.0),
+            stock: sale.map_or(0, |s| s.stock),
             seconds,
             requests,
             requests_per_sec: requests as f64 / seconds.max(f64::EPSILON),

@@ -14,6 +14,7 @@ use crate::domain::{
 use async_trait::async_trait;
 use rows::{order_columns, product_columns};
 use sqlx::any::{AnyArguments, AnyPoolOptions};
+use sqlx::migrate::MigrateDatabase;
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, Row};
 use std::sync::Arc;
@@ -185,6 +186,12 @@ impl SqlStore {
     pub async fn connect(url: &str, max_connections: Option<u32>) -> anyhow::Result<Self> {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::from_url(url)?;
+        // A database server without the named database: make it, so a first start needs no
+        // manual step. (SQLite files are made by the driver.) Without the rights to, the
+        // connection below fails with the server's own reason.
+        if dialect != Dialect::Sqlite && matches!(Any::database_exists(url).await, Ok(false)) {
+            Any::create_database(url).await?;
+        }
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections.unwrap_or(dialect.pool_size()))
             .after_connect(move |conn, _| {
