@@ -17,6 +17,7 @@ use sqlx::any::{AnyArguments, AnyPoolOptions};
 use sqlx::migrate::MigrateDatabase;
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, Row};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 /// The SQL [`Store`].
@@ -41,9 +42,7 @@ struct Statements {
     product: Arc<str>,
     products: Arc<str>,
     holdings: Arc<str>,
-    insert_order: Arc<str>,
     take_stock: Arc<str>,
-    delete_order: Arc<str>,
     order: Arc<str>,
     orders_of_user: Arc<str>,
     mark_paid: Arc<str>,
@@ -102,14 +101,7 @@ impl Statements {
                  WHERE product_id = ? AND status <> 'cancelled' GROUP BY user_id",
                 d.sum("quantity")
             )),
-            insert_order: sql(&d.insert_new(
-                "orders (id, user_id, product_id, product_name, unit_price_cents, quantity, \
-                 total_cents, status, created_at, pay_before) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                "id",
-            )),
             take_stock: sql("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?"),
-            delete_order: sql("DELETE FROM orders WHERE id = ?"),
             order: sql(concat!(
                 "SELECT ",
                 order_columns!(),
@@ -138,7 +130,15 @@ impl Statements {
 
 type AnyQuery<'q> = Query<'q, Any, AnyArguments>;
 
-/// How often a transaction that lost a deadlock or serialization conflict is tried again.
+/// Rows per multi-row statement: 10 parameters each stays under every driver's limit.
+const INSERT_ROWS: usize = 500;
+
+/// Units of an order, as the database counts them.
+fn units_of(order: &Order) -> i64 {
+    i64::from(order.quantity.get())
+}
+
+/// How often a transaction that lost a conflict with a concurrent one is tried again.
 const CONFLICT_RETRIES: usize = 5;
 
 /// Runs a transaction again when the database aborted it for a conflict with a concurrent one
@@ -167,10 +167,12 @@ fn is_conflict(e: &sqlx::Error) -> bool {
         return false;
     };
     // SQLSTATE 40001 (MySQL deadlock, PostgreSQL serialization failure), 40P01 (PostgreSQL
-    // deadlock), SQLite's SQLITE_BUSY (5) and its extended codes.
+    // deadlock), SQLite's SQLITE_BUSY (5) and its extended codes. And a key another writer
+    // stored first (PostgreSQL 23505, MySQL 23000, SQLite 1555/2067): only an order batch
+    // inserts without skipping existing keys, and it finds them stored when tried again.
     matches!(
         db.code().as_deref(),
-        Some("40001" | "40P01" | "5" | "261" | "517")
+        Some("40001" | "40P01" | "5" | "261" | "517" | "23505" | "23000" | "1555" | "2067")
     )
 }
 
@@ -236,48 +238,111 @@ impl SqlStore {
         }
     }
 
+    /// One batch, in one transaction, with a handful of statements whatever its size: which
+    /// ids are stored already (redeliveries), one guarded stock update per product for all of
+    /// its new orders (order by order only when a product cannot cover the whole batch), then
+    /// multi-row inserts. A concurrent writer storing one of these ids first makes an insert
+    /// fail on the key; the whole batch is then tried again and sees it as stored.
     async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
         let mut tx = self.pool.begin().await?;
-        let mut outcomes = Vec::with_capacity(orders.len());
-        for o in orders {
-            let units = i64::from(o.quantity.get());
-            let inserted = query(&self.sql.insert_order)
-                .bind(o.id.0)
-                .bind(o.user_id.0)
-                .bind(o.product_id.0)
-                .bind(o.product_name.clone())
-                .bind(o.unit_price.cents())
-                .bind(units)
-                .bind(o.total.cents())
-                .bind(o.status.as_str())
-                .bind(o.created_at)
-                .bind(o.pay_before)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if inserted == 0 {
-                outcomes.push(Persisted::Duplicate);
+        let ids: Vec<OrderId> = orders.iter().map(|o| o.id).collect();
+        let mut seen: HashSet<OrderId> = self.stored_in(&mut tx, &ids).await?;
+        let mut outcomes = vec![Persisted::Duplicate; orders.len()];
+        let mut by_product: BTreeMap<ProductId, Vec<usize>> = BTreeMap::new();
+        for (i, order) in orders.iter().enumerate() {
+            if seen.insert(order.id) {
+                by_product.entry(order.product_id).or_default().push(i);
+            }
+        }
+        let mut new = Vec::with_capacity(orders.len());
+        // Products in id order: concurrent batches lock their rows in the same order.
+        for (product, batch) in by_product {
+            let units: i64 = batch.iter().map(|&i| units_of(&orders[i])).sum();
+            if self.take_stock(&mut tx, product, units).await? {
+                new.extend(&batch);
                 continue;
             }
-            let taken = query(&self.sql.take_stock)
-                .bind(units)
-                .bind(o.product_id.0)
-                .bind(units)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if taken == 1 {
-                outcomes.push(Persisted::Inserted);
-            } else {
-                query(&self.sql.delete_order)
-                    .bind(o.id.0)
-                    .execute(&mut *tx)
-                    .await?;
-                outcomes.push(Persisted::OutOfStock);
+            for i in batch {
+                if self.take_stock(&mut tx, product, units_of(&orders[i])).await? {
+                    new.push(i);
+                } else {
+                    outcomes[i] = Persisted::OutOfStock;
+                }
             }
+        }
+        for chunk in new.chunks(INSERT_ROWS) {
+            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql: Arc<str> = self
+                .dialect
+                .placeholders(&format!(
+                    "INSERT INTO orders (id, user_id, product_id, product_name, \
+                     unit_price_cents, quantity, total_cents, status, created_at, pay_before) \
+                     VALUES {rows}"
+                ))
+                .into();
+            let mut insert = query(&sql);
+            for &i in chunk {
+                let o = &orders[i];
+                insert = insert
+                    .bind(o.id.0)
+                    .bind(o.user_id.0)
+                    .bind(o.product_id.0)
+                    .bind(o.product_name.clone())
+                    .bind(o.unit_price.cents())
+                    .bind(units_of(o))
+                    .bind(o.total.cents())
+                    .bind(o.status.as_str())
+                    .bind(o.created_at)
+                    .bind(o.pay_before);
+                outcomes[i] = Persisted::Inserted;
+            }
+            insert.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(outcomes)
+    }
+
+    /// Takes `units` from a product's stock if it has them. True when taken.
+    async fn take_stock(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Any>,
+        product: ProductId,
+        units: i64,
+    ) -> StoreResult<bool> {
+        let taken = query(&self.sql.take_stock)
+            .bind(units)
+            .bind(product.0)
+            .bind(units)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        Ok(taken == 1)
+    }
+
+    /// Which of `ids` are stored, seen from inside `tx`.
+    async fn stored_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Any>,
+        ids: &[OrderId],
+    ) -> StoreResult<HashSet<OrderId>> {
+        let mut stored = HashSet::new();
+        for chunk in ids.chunks(INSERT_ROWS) {
+            let select = self.select_ids_among(chunk);
+            stored.extend(ids_of(&select.fetch_all(&mut **tx).await?)?);
+        }
+        Ok(stored)
+    }
+
+    /// `SELECT id FROM orders WHERE id IN (…)` for `chunk`.
+    fn select_ids_among(&self, chunk: &[OrderId]) -> AnyQuery<'static> {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql: Arc<str> = self
+            .dialect
+            .placeholders(&format!("SELECT id FROM orders WHERE id IN ({marks})"))
+            .into();
+        chunk
+            .iter()
+            .fold(query(&sql), |select, id| select.bind(id.0))
     }
 
     async fn try_cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
@@ -527,7 +592,7 @@ impl Store for SqlStore {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        ids(&rows)
+        ids_of(&rows)
     }
 
     async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>> {
@@ -535,29 +600,21 @@ impl Store for SqlStore {
             .bind(product.0)
             .fetch_all(&self.pool)
             .await?;
-        ids(&rows)
+        ids_of(&rows)
     }
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         let mut stored = Vec::new();
-        for chunk in candidates.chunks(500) {
-            let marks = vec!["?"; chunk.len()].join(", ");
-            let sql: Arc<str> = self
-                .dialect
-                .placeholders(&format!("SELECT id FROM orders WHERE id IN ({marks})"))
-                .into();
-            let mut select = query(&sql);
-            for id in chunk {
-                select = select.bind(id.0);
-            }
-            stored.extend(ids(&select.fetch_all(&self.pool).await?)?);
+        for chunk in candidates.chunks(INSERT_ROWS) {
+            let select = self.select_ids_among(chunk);
+            stored.extend(ids_of(&select.fetch_all(&self.pool).await?)?);
         }
         Ok(stored)
     }
 }
 
 /// The first column of each row, as order ids.
-fn ids(rows: &[sqlx::any::AnyRow]) -> StoreResult<Vec<OrderId>> {
+fn ids_of(rows: &[sqlx::any::AnyRow]) -> StoreResult<Vec<OrderId>> {
     rows.iter()
         .map(|row| Ok(OrderId(row.try_get(0)?)))
         .collect()
