@@ -8,7 +8,7 @@
 //! - `PREFIX{p:ID}:outbox`: stream of accepted orders not yet safe downstream, appended by the
 //!   buy script itself (see [`super::outbox`])
 //! - `PREFIX{p:ID}:dead`: stream of outbox entries no worker could ever store
-//! - `PREFIX{p:ID}:taken`: sorted set of the last five minutes' order ids by time, so a buy
+//! - `PREFIX{p:ID}:taken`: sorted set of the last minute's order ids by time, so a buy
 //!   script re-sent by the client (a cluster connection retries a timed-out reply) runs once
 
 use super::{GateAudit, GateError, GateProduct, Rejection, StockGate};

@@ -12,8 +12,9 @@ end
 local remaining = tonumber(sale[1])
 local now, units = tonumber(ARGV[3]), tonumber(ARGV[2])
 -- A repeat of a buy already taken (a cluster client re-sends a script whose reply timed out)
--- answers as the first run did, instead of taking the stock twice. Five minutes of ids are kept.
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - 300000)
+-- answers as the first run did, instead of taking the stock twice. A minute of ids is kept:
+-- re-sends come within seconds, and a longer memory costs a busy product megabytes.
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - 60000)
 if redis.call('ZSCORE', KEYS[4], ARGV[5]) then
   return {0, remaining}
 end
