@@ -12,5 +12,5 @@ mod pipeline;
 mod processes;
 mod restart;
 mod sessions;
-mod store;
 mod shared_gate;
+mod store;

@@ -41,18 +41,8 @@ async fn orders_waiting_in_the_outbox_count_when_the_gate_is_rebuilt() {
         .query_async(&mut redis().await)
         .await
         .unwrap();
-    let (status, body) = app.buy(&tokens[0], product, 1).await;
-    assert_eq!(
-        (status, code(&body)),
-        (StatusCode::CONFLICT, "limit_reached")
-    );
-    assert_eq!(app.product(product).await["remaining"], 1);
-    assert_eq!(
-        app.buy(&tokens[2], product, 1).await.0,
-        StatusCode::ACCEPTED
-    );
-    let (status, body) = app.buy(&tokens[3], product, 1).await;
-    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "sold_out"));
+    app.assert_gate_knows_two_of_three_sold(product, &tokens)
+        .await;
 
     let worker = spawn(true).await;
     assert_eq!(worker.stored(product).await, (3, 3, 0));
@@ -90,17 +80,7 @@ async fn the_delay_queue_alone_cancels_an_unpaid_order_when_its_window_closes() 
     let order = app.buy_each(&tokens[..1], product).await.remove(0).1;
     assert_eq!(app.stored(product).await, (1, 1, 0));
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, body) = app
-            .get_json_as(&tokens[0], &format!("/api/v1/orders/{order}"))
-            .await;
-        if body["status"] == "cancelled" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "still {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_status(&app, &tokens[0], &order, "cancelled").await;
     assert_eq!(app.stored(product).await, (0, 0, 1));
     assert_eq!(
         app.buy(&tokens[1], product, 1).await.0,
@@ -203,13 +183,18 @@ async fn a_payment_for_an_order_still_in_the_outbox_waits_in_the_paid_queue() {
     // The worker stores the order, and the queued payment (going round the retry queue until
     // then) pays it.
     let _worker = stalled.spawn(true).await;
+    wait_for_status(&app, &tokens[0], id, "paid").await;
+}
+
+/// Waits (up to 15 s) until the buyer sees their order in `status`.
+async fn wait_for_status(app: &TestApp, token: &str, order: &str, status: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let (_, body) = app
-            .get_json_as(&tokens[0], &format!("/api/v1/orders/{id}"))
+            .get_json_as(token, &format!("/api/v1/orders/{order}"))
             .await;
-        if body["status"] == "paid" {
-            break;
+        if body["status"] == status {
+            return;
         }
         assert!(tokio::time::Instant::now() < deadline, "still {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -33,7 +33,11 @@ async fn a_batch_stores_each_new_order_once_and_never_more_than_the_stock() {
     let other = app.live_product(10, 5).await;
 
     let first = store
-        .insert_orders(&[order(1, product, 1), order(2, product, 1), order(1, product, 1)])
+        .insert_orders(&[
+            order(1, product, 1),
+            order(2, product, 1),
+            order(1, product, 1),
+        ])
         .await
         .unwrap();
     assert_eq!(first, [Inserted, Inserted, Duplicate]);

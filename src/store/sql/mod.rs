@@ -263,7 +263,10 @@ impl SqlStore {
                 continue;
             }
             for i in batch {
-                if self.take_stock(&mut tx, product, units_of(&orders[i])).await? {
+                if self
+                    .take_stock(&mut tx, product, units_of(&orders[i]))
+                    .await?
+                {
                     new.push(i);
                 } else {
                     outcomes[i] = Persisted::OutOfStock;
