@@ -100,13 +100,32 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }
 
-/// Live counters for the progress line.
+/// Live counters for the progress line: successes, the usual refusals by reason, the rest.
 #[derive(Default)]
 struct Live {
     requests: AtomicU64,
     accepted: AtomicU64,
-    refused: AtomicU64,
+    sold_out: AtomicU64,
+    limit_reached: AtomicU64,
+    rate_limited: AtomicU64,
+    other: AtomicU64,
     failed: AtomicU64,
+}
+
+impl Live {
+    fn count(&self, outcome: &str) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            "accepted" | "ok" => &self.accepted,
+            "sold_out" => &self.sold_out,
+            "limit_reached" => &self.limit_reached,
+            "rate_limited" => &self.rate_limited,
+            "timeout" | "connection_error" => &self.failed,
+            _ if outcome.starts_with("http_5") => &self.failed,
+            _ => &self.other,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Shared by the shopper-slots.
@@ -167,11 +186,16 @@ async fn show_progress(crowd: Arc<Crowd>, started: Instant) {
         let rate = (requests - last.1) as f64 / last.0.elapsed().as_secs_f64();
         last = (Instant::now(), requests);
         bar.set_position(started.elapsed().as_millis() as u64);
+        let n = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         bar.set_message(format!(
-            "{requests} requests  {rate:.0}/s  accepted {}  refused {}  failed {}",
-            live.accepted.load(Ordering::Relaxed),
-            live.refused.load(Ordering::Relaxed),
-            live.failed.load(Ordering::Relaxed),
+            "{requests} requests  {rate:.0}/s  ok {}  sold_out {}  limit_reached {}  \
+             rate_limited {}  other {}  failed {}",
+            n(&live.accepted),
+            n(&live.sold_out),
+            n(&live.limit_reached),
+            n(&live.rate_limited),
+            n(&live.other),
+            n(&live.failed),
         ));
     }
 }
@@ -250,15 +274,7 @@ impl Crowd {
             },
         };
         tally.record(kind, started.elapsed(), &answer.outcome);
-        let live = &self.live;
-        live.requests.fetch_add(1, Ordering::Relaxed);
-        match answer.outcome.as_str() {
-            "accepted" | "ok" => &live.accepted,
-            "timeout" | "connection_error" => &live.failed,
-            _ if answer.outcome.starts_with("http_5") => &live.failed,
-            _ => &live.refused,
-        }
-        .fetch_add(1, Ordering::Relaxed);
+        self.live.count(&answer.outcome);
         answer
     }
 

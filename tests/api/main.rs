@@ -4,6 +4,7 @@
 mod admin;
 mod backend;
 mod bad_input;
+mod bench;
 mod buying;
 mod deadlines;
 mod helpers;
