@@ -3,9 +3,8 @@
 
 use crate::backend::TestDatabase;
 use crate::helpers::{TestApp, code};
-use crate::shared_gate::{fresh_prefix, redis_url};
+use crate::shared_gate::{fresh_prefix, local_amqp, redis_url, server_on_with};
 use reqwest::StatusCode;
-use seckill::clock::SystemClock;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,14 +16,7 @@ async fn redis() -> seckill::redis_link::RedisLink {
 async fn orders_waiting_in_the_outbox_count_when_the_gate_is_rebuilt() {
     let db = Arc::new(TestDatabase::fresh().await);
     let prefix = fresh_prefix();
-    let spawn = |worker: bool| {
-        let prefix = prefix.clone();
-        TestApp::spawn_on(db.clone(), Arc::new(SystemClock), move |c| {
-            c.redis_url = Some(redis_url());
-            c.redis_key_prefix = prefix;
-            c.run_worker = worker;
-        })
-    };
+    let spawn = |worker| server_on_with(&db, &prefix, worker, None, |_| {});
     let app = spawn(false).await;
     let product = app.live_product(3, 1).await;
     let tokens = app.users(4).await;
@@ -62,19 +54,8 @@ async fn the_delay_queue_alone_cancels_an_unpaid_order_when_its_window_closes() 
         .query_async(&mut redis().await)
         .await
         .unwrap();
-    let amqp_url = std::env::var("SECKILL_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
-    let amqp_prefix = format!("{}.", prefix.replace(':', "."));
-    let app = TestApp::spawn_on(db, Arc::new(SystemClock), move |c| {
-        c.redis_url = Some(redis_url());
-        c.redis_key_prefix = prefix;
-        c.run_worker = true;
-        c.amqp_url = Some(amqp_url);
-        c.amqp_prefix = amqp_prefix;
-        c.amqp_queue_expiry_secs = Some(600);
-        c.payment_window_secs = 1;
-    })
-    .await;
+    let amqp = Some(local_amqp(&prefix));
+    let app = server_on_with(&db, &prefix, true, amqp, |c| c.payment_window_secs = 1).await;
     let product = app.live_product(1, 1).await;
     let tokens = app.users(2).await;
     let order = app.buy_each(&tokens[..1], product).await.remove(0).1;
@@ -106,21 +87,8 @@ impl Stalled {
     }
 
     async fn spawn(&self, worker: bool) -> TestApp {
-        let (prefix, amqp) = (self.prefix.clone(), self.amqp);
-        TestApp::spawn_on(self.db.clone(), Arc::new(SystemClock), move |c| {
-            c.redis_url = Some(redis_url());
-            c.redis_key_prefix = prefix.clone();
-            c.run_worker = worker;
-            if amqp {
-                c.amqp_url = Some(
-                    std::env::var("SECKILL_TEST_AMQP_URL")
-                        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
-                );
-                c.amqp_prefix = format!("{}.", prefix.replace(':', "."));
-                c.amqp_queue_expiry_secs = Some(600);
-            }
-        })
-        .await
+        let amqp = self.amqp.then(|| local_amqp(&self.prefix));
+        server_on_with(&self.db, &self.prefix, worker, amqp, |_| {}).await
     }
 }
 

@@ -6,9 +6,8 @@
 
 use crate::backend::{self, TestDatabase};
 use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp, code};
-use crate::shared_gate::{fresh_prefix, redis_url};
+use crate::shared_gate::{fresh_prefix, redis_url, server_on_with};
 use reqwest::StatusCode;
-use seckill::clock::SystemClock;
 use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -34,17 +33,7 @@ impl Cluster {
 
     /// The in-process server that mints tokens and reads the database; it runs no worker.
     async fn observer(&self) -> TestApp {
-        let (prefix, amqp) = (self.prefix.clone(), self.amqp.clone());
-        TestApp::spawn_on(self.db.clone(), Arc::new(SystemClock), move |c| {
-            c.redis_url = Some(redis_url());
-            c.redis_key_prefix = prefix;
-            c.run_worker = false;
-            if let Some((url, prefix)) = amqp {
-                c.amqp_url = Some(url);
-                c.amqp_prefix = prefix;
-            }
-        })
-        .await
+        server_on_with(&self.db, &self.prefix, false, self.amqp.clone(), |_| {}).await
     }
 
     /// `seckill <subcommand>` over the shared backends, with `extra` environment.

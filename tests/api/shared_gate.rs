@@ -5,6 +5,7 @@ use crate::backend::TestDatabase;
 use crate::helpers::{TestApp, code};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
+use seckill::config::Config;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -18,14 +19,41 @@ pub fn fresh_prefix() -> String {
     format!("seckill-test:{}:shared{n}:", std::process::id())
 }
 
+/// A server over `db` and the local Redis under `prefix`, with a worker inside.
 async fn server_on(db: &Arc<TestDatabase>, prefix: &str) -> TestApp {
+    server_on_with(db, prefix, true, None, |_| {}).await
+}
+
+/// A server over `db` and the local Redis under `prefix`: with a worker inside when `worker`,
+/// relaying through RabbitMQ under `amqp` (URL, names) when given, `tweak` applied last.
+pub async fn server_on_with(
+    db: &Arc<TestDatabase>,
+    prefix: &str,
+    worker: bool,
+    amqp: Option<(String, String)>,
+    tweak: impl FnOnce(&mut Config),
+) -> TestApp {
     let prefix = prefix.to_owned();
     TestApp::spawn_on(db.clone(), Arc::new(SystemClock), move |c| {
         c.redis_url = Some(redis_url());
         c.redis_key_prefix = prefix;
-        c.run_worker = true;
+        c.run_worker = worker;
+        if let Some((url, names)) = amqp {
+            c.amqp_url = Some(url);
+            c.amqp_prefix = names;
+            c.amqp_queue_expiry_secs = Some(600);
+        }
+        tweak(c);
     })
     .await
+}
+
+/// The local RabbitMQ (`SECKILL_TEST_AMQP_URL`), whatever the run's backends, with exchange and
+/// queue names of `prefix`'s own.
+pub fn local_amqp(prefix: &str) -> (String, String) {
+    let url = std::env::var("SECKILL_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    (url, format!("{}.", prefix.replace(':', ".")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -187,9 +187,7 @@ impl Topology {
             .await?;
         Ok(())
     }
-}
 
-impl Topology {
     fn with_expiry(&self, mut args: FieldTable) -> FieldTable {
         if let Some(ms) = self.expiry_ms {
             args.insert("x-expires".into(), AMQPValue::LongLongInt(ms as i64));
