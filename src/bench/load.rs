@@ -4,10 +4,15 @@
 //! every accepted order id is kept, for the checks.
 
 use super::Scenario;
+use super::conn::{Connection, Failure, Target};
 use super::setup::Sale;
+use bytes::Bytes;
 use hdrhistogram::Histogram;
+use hyper::Method;
+use hyper::header::HeaderValue;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,7 +21,6 @@ use tokio::time::Instant;
 
 /// What to fire.
 pub struct Plan {
-    pub base: String,
     pub scenario: Scenario,
     pub concurrency: usize,
     pub duration: Duration,
@@ -130,8 +134,12 @@ impl Live {
 
 /// Shared by the shopper-slots.
 struct Crowd {
-    client: reqwest::Client,
+    target: Target,
     plan: Plan,
+    /// Each shopper's `Authorization` header, made once rather than per request.
+    tokens: Vec<HeaderValue>,
+    /// The buy request's body: one unit of the sale's product.
+    buy_body: Bytes,
     next_shopper: AtomicUsize,
     issued: AtomicU64,
     /// Accepted visits of the mixed scenario, to pay or cancel them in a fixed proportion.
@@ -140,13 +148,25 @@ struct Crowd {
 }
 
 /// Fires the crowd and collects what it saw.
-pub async fn drive(client: reqwest::Client, plan: Plan) -> Outcome {
+pub async fn drive(target: Target, plan: Plan) -> Outcome {
     let started = Instant::now();
     let deadline = started + plan.duration;
     let concurrency = plan.concurrency;
+    let (tokens, buy_body) = match &plan.sale {
+        Some(sale) => (
+            sale.shoppers
+                .iter()
+                .filter_map(|token| HeaderValue::from_str(&format!("Bearer {token}")).ok())
+                .collect(),
+            Bytes::from(json!({ "product_id": sale.product.0, "quantity": 1 }).to_string()),
+        ),
+        None => (Vec::new(), Bytes::new()),
+    };
     let crowd = Arc::new(Crowd {
-        client,
+        target,
         plan,
+        tokens,
+        buy_body,
         next_shopper: AtomicUsize::new(0),
         issued: AtomicU64::new(0),
         visits: AtomicU64::new(0),
@@ -200,103 +220,116 @@ async fn show_progress(crowd: Arc<Crowd>, started: Instant) {
     }
 }
 
+/// The parts of an answer the crowd looks at.
+#[derive(Default, Deserialize)]
+struct Reply {
+    order_id: Option<String>,
+    status: Option<String>,
+    error: Option<ErrorReply>,
+}
+
+#[derive(Default, Deserialize)]
+struct ErrorReply {
+    code: String,
+}
+
 /// What one request came back with.
 struct Answer {
     outcome: String,
-    body: Value,
+    reply: Reply,
+}
+
+/// One slot's connection and tallies.
+struct Slot {
+    connection: Connection,
+    tally: Tally,
 }
 
 impl Crowd {
     /// One slot: fires until the deadline or the request budget.
     async fn slot(self: Arc<Self>, deadline: Instant) -> Tally {
-        let mut tally = Tally::new();
+        let mut slot = Slot {
+            connection: Connection::new(self.target.clone()),
+            tally: Tally::new(),
+        };
         while Instant::now() < deadline {
             let turn = self.issued.fetch_add(1, Ordering::Relaxed);
             if self.plan.requests.is_some_and(|max| turn >= max) {
                 break;
             }
             match (&self.plan.sale, self.plan.scenario) {
-                (Some(sale), Scenario::Mixed) => self.shop(sale, &mut tally).await,
-                (Some(sale), _) => {
-                    self.buy(sale, self.next(sale), &mut tally).await;
+                (Some(sale), Scenario::Mixed) => self.shop(sale, &mut slot).await,
+                (Some(_), _) => {
+                    self.buy(self.next_shopper(), &mut slot).await;
                 }
                 (None, _) => {
-                    self.send(&mut tally, "healthz", self.get("/healthz")).await;
+                    self.send(&mut slot, "healthz", Method::GET, "/healthz", None)
+                        .await;
                 }
             }
         }
-        tally
+        slot.tally
     }
 
-    fn next<'s>(&self, sale: &'s Sale) -> &'s str {
+    fn next_shopper(&self) -> &HeaderValue {
         let i = self.next_shopper.fetch_add(1, Ordering::Relaxed);
-        &sale.shoppers[i % sale.shoppers.len()]
+        &self.tokens[i % self.tokens.len()]
     }
 
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.client.get(format!("{}{path}", self.plan.base))
-    }
-
-    fn post(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
-        self.client
-            .post(format!("{}{path}", self.plan.base))
-            .bearer_auth(token)
-    }
-
-    /// Sends, times and classifies one request.
+    /// Sends, times and classifies one request; `token` makes it a shopper's JSON POST.
     async fn send(
         &self,
-        tally: &mut Tally,
+        slot: &mut Slot,
         kind: &'static str,
-        request: reqwest::RequestBuilder,
+        method: Method,
+        path: &str,
+        token: Option<(&HeaderValue, Bytes)>,
     ) -> Answer {
         let started = Instant::now();
-        let answer = match request.send().await {
-            Ok(response) => {
-                let status = response.status();
-                let body: Value = response.json().await.unwrap_or(Value::Null);
-                let outcome = match (status.as_u16(), body["error"]["code"].as_str()) {
+        let answer = match slot.connection.send(method, path, token).await {
+            Ok((status, body)) => {
+                let reply: Reply = serde_json::from_slice(&body).unwrap_or_default();
+                let outcome = match (status.as_u16(), &reply.error) {
                     (202, _) => "accepted".to_owned(),
                     (200..=299, _) => "ok".to_owned(),
-                    (_, Some(code)) => code.to_owned(),
+                    (_, Some(error)) => error.code.clone(),
                     (other, None) => format!("http_{other}"),
                 };
-                Answer { outcome, body }
+                Answer { outcome, reply }
             }
-            Err(e) => Answer {
-                outcome: if e.is_timeout() {
-                    "timeout"
-                } else {
-                    "connection_error"
+            Err(failure) => Answer {
+                outcome: match failure {
+                    Failure::Timeout => "timeout",
+                    Failure::Connection => "connection_error",
                 }
                 .to_owned(),
-                body: Value::Null,
+                reply: Reply::default(),
             },
         };
-        tally.record(kind, started.elapsed(), &answer.outcome);
+        slot.tally.record(kind, started.elapsed(), &answer.outcome);
         self.live.count(&answer.outcome);
         answer
     }
 
     /// One buy of one unit; the accepted order, if any.
-    async fn buy(&self, sale: &Sale, shopper: &str, tally: &mut Tally) -> Option<Accepted> {
-        let request = self
-            .post("/api/v1/orders", shopper)
-            .json(&json!({ "product_id": sale.product.0, "quantity": 1 }));
-        let answer = self.send(tally, "buy", request).await;
-        let order = answer.body["order_id"].as_str()?.parse().ok()?;
+    async fn buy(&self, shopper: &HeaderValue, slot: &mut Slot) -> Option<Accepted> {
+        let body = Some((shopper, self.buy_body.clone()));
+        let answer = self
+            .send(slot, "buy", Method::POST, "/api/v1/orders", body)
+            .await;
+        let order = answer.reply.order_id?.parse().ok()?;
         let accepted = Accepted { order, units: 1 };
-        tally.accepted.push(accepted.clone());
+        slot.tally.accepted.push(accepted.clone());
         Some(accepted)
     }
 
     /// A shopper's visit: look at the product, buy, then pay half the orders and cancel a
     /// quarter of them.
-    async fn shop(&self, sale: &Sale, tally: &mut Tally) {
-        let shopper = self.next(sale);
+    async fn shop(&self, sale: &Sale, slot: &mut Slot) {
+        let shopper = self.next_shopper();
         let product = format!("/api/v1/products/{}", sale.product.0);
-        self.send(tally, "browse", self.get(&product)).await;
-        let Some(order) = self.buy(sale, shopper, tally).await else {
+        self.send(slot, "browse", Method::GET, &product, None).await;
+        let Some(order) = self.buy(shopper, slot).await else {
             return;
         };
         let visit = self.visits.fetch_add(1, Ordering::Relaxed);
@@ -306,9 +339,17 @@ impl Crowd {
             _ => return,
         };
         let path = format!("/api/v1/orders/{}/{action}", order.order);
-        let answer = self.send(tally, kind, self.post(&path, shopper)).await;
-        if kind == "cancel" && answer.body["status"] == "cancelled" {
-            tally.cancelled.push(order);
+        let answer = self
+            .send(
+                slot,
+                kind,
+                Method::POST,
+                &path,
+                Some((shopper, Bytes::new())),
+            )
+            .await;
+        if kind == "cancel" && answer.reply.status.as_deref() == Some("cancelled") {
+            slot.tally.cancelled.push(order);
         }
     }
 }

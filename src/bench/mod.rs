@@ -4,6 +4,7 @@
 //! sign-ups), puts a sale on through the admin API, fires the crowd, waits for the pipeline to
 //! drain, and checks what the database holds against every answer it got.
 
+mod conn;
 mod load;
 mod report;
 mod setup;
@@ -109,8 +110,8 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("http://{}", config.http_addr))
         .trim_end_matches('/')
         .to_owned();
+    let target = conn::Target::parse(&base)?;
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
         .timeout(Duration::from_secs(10))
         .build()
         .context("building the HTTP client")?;
@@ -124,14 +125,13 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         Some(setup::prepare(&config, &client, &base, args.users, stock, limit).await?)
     };
     let plan = load::Plan {
-        base: base.clone(),
         scenario: args.scenario,
         concurrency: args.concurrency,
         duration: args.duration,
         requests: args.requests,
         sale: sale.clone(),
     };
-    let outcome = load::drive(client, plan).await;
+    let outcome = load::drive(target, plan).await;
     let checks = match (&sale, args.no_verify) {
         (Some(sale), false) => verify::check_sale(sale, &outcome).await?,
         _ => Vec::new(),
