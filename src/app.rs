@@ -25,7 +25,6 @@ use crate::store::sql::SqlStore;
 use anyhow::Context;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -125,8 +124,11 @@ impl Core {
         };
         // Embedded mode commits each buy's order itself; cluster mode's gate appends it to
         // the outbox instead.
-        let writer =
-            (!gate.keeps_outbox()).then(|| GroupCommit::start(store.clone(), config.max_batch));
+        let writer = if gate.keeps_outbox() {
+            None
+        } else {
+            Some(GroupCommit::start(store.clone(), config.max_batch)?)
+        };
         let sale = SaleService::start(
             store.clone(),
             gate,
@@ -285,13 +287,7 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let router = crate::http::router(self.state.clone(), self.max_body_bytes);
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("serving HTTP")?;
+        crate::http::serve::serve(listener, router, shutdown).await;
         if let Some(worker) = self.worker {
             worker.stop().await;
         }

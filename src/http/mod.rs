@@ -8,6 +8,7 @@ pub mod client_ip;
 pub mod pages;
 pub mod rate_limit;
 mod router;
+pub mod serve;
 
 pub use router::router;
 

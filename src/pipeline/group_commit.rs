@@ -30,13 +30,23 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the writer task. It stops once every handle is dropped and the queue is empty.
-    pub fn start(store: Arc<dyn Store>, max_batch: usize) -> Self {
+    /// Starts the writer on a thread of its own. It stops once every handle is dropped and
+    /// the queue is empty.
+    ///
+    /// A thread of its own, because a batch is several statements, each a hop to the
+    /// database driver and back: as one task among the HTTP tasks, the writer waited behind
+    /// all of them after every hop, and a batch took a millisecond or more of waiting.
+    pub fn start(store: Arc<dyn Store>, max_batch: usize) -> std::io::Result<Self> {
         // The queue is bounded so a stalled database pushes back on buyers instead of growing
         // memory without limit.
         let (jobs, rx) = mpsc::channel(max_batch * 8);
-        tokio::spawn(write_batches(store, rx, max_batch));
-        Self { jobs }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("seckill-commit".into())
+            .spawn(move || runtime.block_on(write_batches(store, rx, max_batch)))?;
+        Ok(Self { jobs })
     }
 
     /// Hands an order to the writer and waits until its batch is committed.

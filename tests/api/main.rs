@@ -6,6 +6,7 @@ mod backend;
 mod bad_input;
 mod bench;
 mod buying;
+mod connections;
 mod deadlines;
 mod helpers;
 mod pages;

@@ -4,6 +4,8 @@
 //! integer casts). Everything else is one SQL text for all three.
 
 use anyhow::bail;
+use sqlx::Executor;
+use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
@@ -66,6 +68,20 @@ impl Dialect {
             ],
             Self::Postgres | Self::MySql => &[],
         }
+    }
+
+    /// A pool of `size` connections, each set up with [`Self::session_setup`].
+    pub fn pool_options(self, size: u32) -> AnyPoolOptions {
+        AnyPoolOptions::new()
+            .max_connections(size)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    for statement in self.session_setup() {
+                        conn.execute(*statement).await?;
+                    }
+                    Ok(())
+                })
+            })
     }
 
     /// Connections in the pool. SQLite has one writer anyway; servers get more.

@@ -13,7 +13,7 @@ use crate::domain::{
 };
 use async_trait::async_trait;
 use rows::{order_columns, product_columns};
-use sqlx::any::{AnyArguments, AnyPoolOptions};
+use sqlx::any::AnyArguments;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, Row};
@@ -22,7 +22,13 @@ use std::sync::Arc;
 
 /// The SQL [`Store`].
 pub struct SqlStore {
+    /// Reads, and writes too on a database server.
     pool: AnyPool,
+    /// Writes. On SQLite one connection that is never shared: the file has a single writer
+    /// anyway, and a connection that alone writes keeps its page cache and prepared statements
+    /// warm; writers taking turns on pooled connections made each one re-read the pages the
+    /// previous one had changed, and re-prepare the batch inserts.
+    writer: AnyPool,
     dialect: Dialect,
     sql: Statements,
 }
@@ -194,21 +200,24 @@ impl SqlStore {
         if dialect != Dialect::Sqlite && matches!(Any::database_exists(url).await, Ok(false)) {
             Any::create_database(url).await?;
         }
-        let pool = AnyPoolOptions::new()
-            .max_connections(max_connections.unwrap_or(dialect.pool_size()))
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    for statement in dialect.session_setup() {
-                        conn.execute(*statement).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(&dialect.driver_url(url))
+        let driver_url = dialect.driver_url(url);
+        let pool = dialect
+            .pool_options(max_connections.unwrap_or(dialect.pool_size()))
+            .connect(&driver_url)
             .await?;
+        let writer = if dialect == Dialect::Sqlite {
+            dialect
+                .pool_options(1)
+                .test_before_acquire(false)
+                .connect(&driver_url)
+                .await?
+        } else {
+            pool.clone()
+        };
         dialect.migrator().run(&pool).await?;
         Ok(Self {
             pool,
+            writer,
             dialect,
             sql: Statements::new(dialect),
         })
@@ -244,7 +253,7 @@ impl SqlStore {
     /// multi-row inserts. A concurrent writer storing one of these ids first makes an insert
     /// fail on the key; the whole batch is then tried again and sees it as stored.
     async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let ids: Vec<OrderId> = orders.iter().map(|o| o.id).collect();
         let mut seen: HashSet<OrderId> = self.stored_in(&mut tx, &ids).await?;
         let mut outcomes = vec![Persisted::Duplicate; orders.len()];
@@ -349,7 +358,7 @@ impl SqlStore {
     }
 
     async fn try_cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let cancelled = query(&self.sql.cancel_order)
             .bind(now)
             .bind(id.0)
@@ -375,7 +384,7 @@ impl SqlStore {
     }
 
     async fn must_insert_id(&self, insert: AnyQuery<'_>) -> StoreResult<i64> {
-        self.insert_id(&self.pool, insert)
+        self.insert_id(&self.writer, insert)
             .await?
             .ok_or_else(|| sqlx::Error::Protocol("the insert returned no id".into()).into())
     }
@@ -387,7 +396,7 @@ impl Store for SqlStore {
         query(&self.sql.insert_setting)
             .bind(key.to_owned())
             .bind(proposed.to_owned())
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         let row = query(&self.sql.setting)
             .bind(key.to_owned())
@@ -406,7 +415,7 @@ impl Store for SqlStore {
             .bind(username.as_str().to_owned())
             .bind(password_hash.to_owned())
             .bind(now);
-        Ok(self.insert_id(&self.pool, insert).await?.map(UserId))
+        Ok(self.insert_id(&self.writer, insert).await?.map(UserId))
     }
 
     async fn create_users(
@@ -415,7 +424,7 @@ impl Store for SqlStore {
         password_hash: &str,
         now: Millis,
     ) -> StoreResult<Vec<Option<UserId>>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let mut ids = Vec::with_capacity(usernames.len());
         for username in usernames {
             let insert = query(&self.sql.insert_user)
@@ -504,7 +513,7 @@ impl Store for SqlStore {
             .bind(patch.window.map(|w| w.end))
             .bind(now)
             .bind(id.0)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         self.product(id).await
     }
@@ -520,7 +529,7 @@ impl Store for SqlStore {
             .bind(quantity)
             .bind(now)
             .bind(id.0)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         self.product(id).await
     }
@@ -579,7 +588,7 @@ impl Store for SqlStore {
             .bind(now)
             .bind(id.0)
             .bind(now)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?
             .rows_affected();
         Ok(paid == 1)
