@@ -147,8 +147,9 @@ struct Crowd {
     live: Live,
 }
 
-/// Fires the crowd and collects what it saw.
-pub async fn drive(target: Target, plan: Plan) -> Outcome {
+/// Fires the crowd and collects what it saw. Fails before firing when a shopper's token
+/// cannot be sent as a header.
+pub async fn drive(target: Target, plan: Plan) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let deadline = started + plan.duration;
     let concurrency = plan.concurrency;
@@ -156,8 +157,8 @@ pub async fn drive(target: Target, plan: Plan) -> Outcome {
         Some(sale) => (
             sale.shoppers
                 .iter()
-                .filter_map(|token| HeaderValue::from_str(&format!("Bearer {token}")).ok())
-                .collect(),
+                .map(|token| HeaderValue::from_str(&format!("Bearer {token}")))
+                .collect::<Result<_, _>>()?,
             Bytes::from(json!({ "product_id": sale.product.0, "quantity": 1 }).to_string()),
         ),
         None => (Vec::new(), Bytes::new()),
@@ -184,13 +185,13 @@ pub async fn drive(target: Target, plan: Plan) -> Outcome {
     }
     let elapsed = started.elapsed();
     progress.abort();
-    Outcome {
+    Ok(Outcome {
         elapsed,
         latency: total.latency,
         answers: total.answers,
         accepted: total.accepted,
         cancelled: total.cancelled,
-    }
+    })
 }
 
 async fn show_progress(crowd: Arc<Crowd>, started: Instant) {

@@ -131,7 +131,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         requests: args.requests,
         sale: sale.clone(),
     };
-    let outcome = load::drive(target, plan).await;
+    let outcome = load::drive(target, plan).await?;
     let checks = match (&sale, args.no_verify) {
         (Some(sale), false) => verify::check_sale(sale, &outcome).await?,
         _ => Vec::new(),

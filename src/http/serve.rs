@@ -44,7 +44,7 @@ pub async fn serve(
     // Every connection holds a receiver: `send` tells them to stop, and `closed` waits for
     // the last one to drop its receiver.
     let (stop, stopped) = watch::channel(());
-    let parked = Arc::new(AtomicU64::new(0));
+    let parkings = Arc::new(AtomicU64::new(0));
     let mut trim = tokio::time::interval(TRIM_EVERY);
     tokio::pin!(shutdown);
     loop {
@@ -53,7 +53,7 @@ pub async fn serve(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let stopped = stopped.clone();
-                    tokio::spawn(connection(stream, peer, router.clone(), stopped, parked.clone()));
+                    tokio::spawn(connection(stream, peer, router.clone(), stopped, parkings.clone()));
                 }
                 // Out of file descriptors and the like: let some connections close first.
                 Err(e) => {
@@ -61,7 +61,7 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = trim.tick() => if parked.swap(0, Ordering::Relaxed) > 0 {
+            _ = trim.tick() => if parkings.swap(0, Ordering::Relaxed) > 0 {
                 tokio::task::spawn_blocking(give_back_freed_memory);
             },
             () = &mut shutdown => break,
@@ -156,8 +156,7 @@ async fn serve_until_idle(
     let io = TokioIo::new(Replay(parked, activity.clone()));
     // Boxed, so a parked connection's task does not carry hyper's state in its own size.
     let mut http = Box::new(http1::Builder::new().serve_connection(io, service));
-    let mut tick = tokio::time::interval(PARK_AFTER);
-    tick.reset();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PARK_AFTER, PARK_AFTER);
     let mut seen = activity.mark();
     let (mut parking, mut stopping) = (false, false);
     loop {
