@@ -2,12 +2,13 @@
 //! takes every order waiting in its queue (up to `max_batch`), writes them all in a single
 //! transaction, and only then answers each buyer. Under load, hundreds of buys share one
 //! commit and one fsync; with no load, a lone buy is committed at once without waiting to fill
-//! a batch.
+//! a batch. A few batches are in flight at once, so the next one is written while the disk
+//! syncs the last.
 
 use crate::domain::Order;
 use crate::store::{Persisted, Store};
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Why an order could not be made durable.
 #[derive(Debug, thiserror::Error)]
@@ -60,22 +61,45 @@ impl GroupCommit {
     }
 }
 
+/// Batches in flight at once: one being written while those before it wait for the disk
+/// (see `WalFlush`; a database server also runs them side by side).
+const BATCHES_IN_FLIGHT: u32 = 2;
+
 async fn write_batches(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>, max_batch: usize) {
-    let mut batch = Vec::with_capacity(max_batch);
-    while rx.recv_many(&mut batch, max_batch).await > 0 {
-        let (orders, waiters): (Vec<Order>, Vec<_>) =
-            batch.drain(..).map(|job| (job.order, job.done)).unzip();
-        match store.insert_orders(&orders).await {
-            Ok(outcomes) => {
-                for (waiter, outcome) in waiters.into_iter().zip(outcomes) {
-                    let _ = waiter.send(Ok(outcome));
-                }
+    let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT as usize));
+    loop {
+        // A free slot first, then everything that queued up meanwhile: the batch is as large
+        // as the wait for the disk allows.
+        let Ok(slot) = Arc::clone(&in_flight).acquire_owned().await else {
+            break;
+        };
+        let mut batch = Vec::with_capacity(max_batch);
+        if rx.recv_many(&mut batch, max_batch).await == 0 {
+            break;
+        }
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            write_batch(store.as_ref(), batch).await;
+            drop(slot);
+        });
+    }
+    // The runtime drops unfinished tasks when this returns: wait for the batches in flight.
+    let _ = in_flight.acquire_many(BATCHES_IN_FLIGHT).await;
+}
+
+async fn write_batch(store: &dyn Store, batch: Vec<Job>) {
+    let (orders, waiters): (Vec<Order>, Vec<_>) =
+        batch.into_iter().map(|job| (job.order, job.done)).unzip();
+    match store.insert_orders(&orders).await {
+        Ok(outcomes) => {
+            for (waiter, outcome) in waiters.into_iter().zip(outcomes) {
+                let _ = waiter.send(Ok(outcome));
             }
-            Err(e) => {
-                tracing::error!(error = %e, orders = orders.len(), "order batch failed");
-                for waiter in waiters {
-                    let _ = waiter.send(Err(CommitError::Store(e.to_string())));
-                }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, orders = orders.len(), "order batch failed");
+            for waiter in waiters {
+                let _ = waiter.send(Err(CommitError::Store(e.to_string())));
             }
         }
     }

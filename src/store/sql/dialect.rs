@@ -57,8 +57,9 @@ impl Dialect {
     }
 
     /// Statements run on every new connection. For SQLite: WAL so readers never block the
-    /// writer, and `synchronous=FULL` so a committed batch survives power loss, which is the
-    /// promise behind a `202`.
+    /// writer, and `synchronous=FULL` so anything committed survives power loss, which is the
+    /// promise behind a `202`. (The one writer connection syncs on its own terms: see
+    /// [`Self::sqlite_writer_options`].)
     pub fn session_setup(self) -> &'static [&'static str] {
         match self {
             Self::Sqlite => &[
@@ -72,16 +73,25 @@ impl Dialect {
 
     /// A pool of `size` connections, each set up with [`Self::session_setup`].
     pub fn pool_options(self, size: u32) -> AnyPoolOptions {
-        AnyPoolOptions::new()
-            .max_connections(size)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    for statement in self.session_setup() {
-                        conn.execute(*statement).await?;
-                    }
-                    Ok(())
-                })
-            })
+        pool_with_setup(size, self.session_setup())
+    }
+
+    /// SQLite's writer: one connection, kept for the life of the process (so its page cache
+    /// and prepared statements stay warm, and the log it writes is never deleted under
+    /// [`super::WalFlush`]), that commits with `synchronous=NORMAL`: it writes the log but
+    /// leaves syncing it to [`super::WalFlush`], after the write lock is free.
+    pub fn sqlite_writer_options() -> AnyPoolOptions {
+        pool_with_setup(
+            1,
+            &[
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA synchronous = NORMAL",
+                "PRAGMA busy_timeout = 10000",
+            ],
+        )
+        .test_before_acquire(false)
+        .idle_timeout(None)
+        .max_lifetime(None)
     }
 
     /// Connections in the pool. SQLite has one writer anyway; servers get more.
@@ -145,6 +155,19 @@ impl Dialect {
         }
         out
     }
+}
+
+fn pool_with_setup(size: u32, setup: &'static [&'static str]) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(size)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                for statement in setup {
+                    conn.execute(*statement).await?;
+                }
+                Ok(())
+            })
+        })
 }
 
 #[cfg(test)]

@@ -4,8 +4,10 @@
 
 mod dialect;
 mod rows;
+mod wal_flush;
 
 pub use dialect::Dialect;
+pub use wal_flush::WalFlush;
 
 use super::{NewProduct, Persisted, ProductPatch, Store, StoreResult, UserRecord};
 use crate::domain::{
@@ -16,8 +18,10 @@ use rows::{order_columns, product_columns};
 use sqlx::any::AnyArguments;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::query::Query;
+use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, Row};
 use std::collections::{BTreeMap, HashSet};
+use std::str::FromStr;
 use std::sync::Arc;
 
 /// The SQL [`Store`].
@@ -29,6 +33,9 @@ pub struct SqlStore {
     /// warm; writers taking turns on pooled connections made each one re-read the pages the
     /// previous one had changed, and re-prepare the batch inserts.
     writer: AnyPool,
+    /// SQLite's writer commits without syncing its log; every write waits here until the log
+    /// is on disk. `None` on a database server, which syncs its own commits.
+    flush: Option<WalFlush>,
     dialect: Dialect,
     sql: Statements,
 }
@@ -205,19 +212,22 @@ impl SqlStore {
             .pool_options(max_connections.unwrap_or(dialect.pool_size()))
             .connect(&driver_url)
             .await?;
-        let writer = if dialect == Dialect::Sqlite {
-            dialect
-                .pool_options(1)
-                .test_before_acquire(false)
+        let (writer, flush) = if dialect == Dialect::Sqlite {
+            let file = SqliteConnectOptions::from_str(&driver_url)?
+                .get_filename()
+                .to_owned();
+            let writer = Dialect::sqlite_writer_options()
                 .connect(&driver_url)
-                .await?
+                .await?;
+            (writer, Some(WalFlush::new(file)))
         } else {
-            pool.clone()
+            (pool.clone(), None)
         };
         dialect.migrator().run(&pool).await?;
         Ok(Self {
             pool,
             writer,
+            flush,
             dialect,
             sql: Statements::new(dialect),
         })
@@ -226,6 +236,15 @@ impl SqlStore {
     /// The database family this store speaks.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// Waits until what this caller committed through the writer is on disk: every write
+    /// calls this before it reports success.
+    async fn durable(&self) -> StoreResult<()> {
+        match &self.flush {
+            Some(flush) => flush.flushed().await.map_err(|e| sqlx::Error::Io(e).into()),
+            None => Ok(()),
+        }
     }
 
     /// Runs an insert made with [`Dialect::insert_with_id`]: the new id, or `None` when the
@@ -384,9 +403,9 @@ impl SqlStore {
     }
 
     async fn must_insert_id(&self, insert: AnyQuery<'_>) -> StoreResult<i64> {
-        self.insert_id(&self.writer, insert)
-            .await?
-            .ok_or_else(|| sqlx::Error::Protocol("the insert returned no id".into()).into())
+        let id = self.insert_id(&self.writer, insert).await?;
+        self.durable().await?;
+        id.ok_or_else(|| sqlx::Error::Protocol("the insert returned no id".into()).into())
     }
 }
 
@@ -398,6 +417,7 @@ impl Store for SqlStore {
             .bind(proposed.to_owned())
             .execute(&self.writer)
             .await?;
+        self.durable().await?;
         let row = query(&self.sql.setting)
             .bind(key.to_owned())
             .fetch_one(&self.pool)
@@ -415,7 +435,9 @@ impl Store for SqlStore {
             .bind(username.as_str().to_owned())
             .bind(password_hash.to_owned())
             .bind(now);
-        Ok(self.insert_id(&self.writer, insert).await?.map(UserId))
+        let id = self.insert_id(&self.writer, insert).await?;
+        self.durable().await?;
+        Ok(id.map(UserId))
     }
 
     async fn create_users(
@@ -434,6 +456,7 @@ impl Store for SqlStore {
             ids.push(self.insert_id(&mut *tx, insert).await?.map(UserId));
         }
         tx.commit().await?;
+        self.durable().await?;
         Ok(ids)
     }
 
@@ -515,6 +538,7 @@ impl Store for SqlStore {
             .bind(id.0)
             .execute(&self.writer)
             .await?;
+        self.durable().await?;
         self.product(id).await
     }
 
@@ -531,6 +555,7 @@ impl Store for SqlStore {
             .bind(id.0)
             .execute(&self.writer)
             .await?;
+        self.durable().await?;
         self.product(id).await
     }
 
@@ -564,7 +589,9 @@ impl Store for SqlStore {
     }
 
     async fn insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
-        retry_conflicts(|| self.try_insert_orders(orders)).await
+        let outcomes = retry_conflicts(|| self.try_insert_orders(orders)).await?;
+        self.durable().await?;
+        Ok(outcomes)
     }
 
     async fn order(&self, id: OrderId) -> StoreResult<Option<Order>> {
@@ -591,11 +618,14 @@ impl Store for SqlStore {
             .execute(&self.writer)
             .await?
             .rows_affected();
+        self.durable().await?;
         Ok(paid == 1)
     }
 
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
-        retry_conflicts(|| self.try_cancel_order(id, now)).await
+        let cancelled = retry_conflicts(|| self.try_cancel_order(id, now)).await?;
+        self.durable().await?;
+        Ok(cancelled)
     }
 
     async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {
