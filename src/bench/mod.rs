@@ -4,6 +4,7 @@
 //! sign-ups), puts a sale on through the admin API, fires the crowd, waits for the pipeline to
 //! drain, and checks what the database holds against every answer it got.
 
+mod chart;
 mod conn;
 mod load;
 mod report;
@@ -45,6 +46,10 @@ pub struct Args {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also draw the latency curves (latency by percentile, per kind of request) as an SVG
+    /// file a browser opens.
+    #[arg(long)]
+    chart: Option<PathBuf>,
     /// Skip the invariant checks (when this machine cannot reach the server's database).
     #[arg(long)]
     no_verify: bool,
@@ -141,6 +146,10 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.chart {
+        let svg = chart::svg(&report, &outcome.latency);
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     anyhow::ensure!(report.passed, "an invariant does not hold (see FAIL above)");
     Ok(())
