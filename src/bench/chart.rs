@@ -60,7 +60,7 @@ pub fn svg(report: &Report, latency: &BTreeMap<&'static str, Histogram<u64>>) ->
             r##"<line x1="{x0}" y1="{yy:.1}" x2="{x1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
             x0 - 6.0,
             yy + 4.0,
-            format_ms(ms)
+            tick_label(ms, y_max)
         );
     }
     for (nines, label) in [
@@ -137,12 +137,15 @@ fn nice_ceiling(ms: f64) -> f64 {
         .unwrap_or(10.0 * power)
 }
 
-fn format_ms(ms: f64) -> String {
-    if ms >= 10.0 || ms == 0.0 {
-        format!("{ms:.0}")
-    } else {
-        format!("{ms:.2}")
-    }
+/// A grid line's label, with as many decimals as the axis's scale needs (0, 4, 8 … or 0, 0.2,
+/// 0.4 …).
+fn tick_label(ms: f64, y_max: f64) -> String {
+    let decimals = match y_max {
+        m if m >= 10.0 => 0,
+        m if m >= 1.0 => 1,
+        _ => 2,
+    };
+    format!("{ms:.decimals$}")
 }
 
 /// Text safe inside an SVG element (the URL comes from the command line).
@@ -211,9 +214,16 @@ mod tests {
         assert!(svg.contains(">cancel</text>") && !svg.contains(">browse</text>"));
         assert!(svg.contains("?a&amp;b") && svg.ends_with("</svg>\n"));
         assert!(
-            svg.contains(">2.00</text>"),
+            svg.contains(">2.0</text>"),
             "1.5 ms rounds the axis up to 2 ms"
         );
+    }
+
+    #[test]
+    fn grid_labels_carry_the_decimals_the_scale_needs() {
+        assert_eq!(tick_label(16.0, 20.0), "16");
+        assert_eq!(tick_label(0.8, 2.0), "0.8");
+        assert_eq!(tick_label(0.1, 0.5), "0.10");
     }
 
     #[test]
