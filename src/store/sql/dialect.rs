@@ -73,7 +73,7 @@ impl Dialect {
 
     /// A pool of `size` connections, each set up with [`Self::session_setup`].
     pub fn pool_options(self, size: u32) -> AnyPoolOptions {
-        pool_with_setup(size, self.session_setup())
+        self.pool_with_setup(size, &[])
     }
 
     /// SQLite's writer: one connection, kept for the life of the process (so its page cache
@@ -81,17 +81,26 @@ impl Dialect {
     /// [`super::WalFlush`]), that commits with `synchronous=NORMAL`: it writes the log but
     /// leaves syncing it to [`super::WalFlush`], after the write lock is free.
     pub fn sqlite_writer_options() -> AnyPoolOptions {
-        pool_with_setup(
-            1,
-            &[
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA synchronous = NORMAL",
-                "PRAGMA busy_timeout = 10000",
-            ],
-        )
-        .test_before_acquire(false)
-        .idle_timeout(None)
-        .max_lifetime(None)
+        Self::Sqlite
+            .pool_with_setup(1, &["PRAGMA synchronous = NORMAL"])
+            .test_before_acquire(false)
+            .idle_timeout(None)
+            .max_lifetime(None)
+    }
+
+    /// A pool of `size` connections, each set up with [`Self::session_setup`] and then
+    /// `overrides`.
+    fn pool_with_setup(self, size: u32, overrides: &'static [&'static str]) -> AnyPoolOptions {
+        AnyPoolOptions::new()
+            .max_connections(size)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    for statement in self.session_setup().iter().chain(overrides) {
+                        conn.execute(*statement).await?;
+                    }
+                    Ok(())
+                })
+            })
     }
 
     /// Connections in the pool. SQLite has one writer anyway; servers get more.
@@ -155,19 +164,6 @@ impl Dialect {
         }
         out
     }
-}
-
-fn pool_with_setup(size: u32, setup: &'static [&'static str]) -> AnyPoolOptions {
-    AnyPoolOptions::new()
-        .max_connections(size)
-        .after_connect(move |conn, _| {
-            Box::pin(async move {
-                for statement in setup {
-                    conn.execute(*statement).await?;
-                }
-                Ok(())
-            })
-        })
 }
 
 #[cfg(test)]

@@ -274,7 +274,8 @@ impl SqlStore {
     async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
         let mut tx = self.writer.begin().await?;
         let ids: Vec<OrderId> = orders.iter().map(|o| o.id).collect();
-        let mut seen: HashSet<OrderId> = self.stored_in(&mut tx, &ids).await?;
+        let mut seen: HashSet<OrderId> =
+            self.stored_ids(&mut tx, &ids).await?.into_iter().collect();
         let mut outcomes = vec![Persisted::Duplicate; orders.len()];
         let mut by_product: BTreeMap<ProductId, Vec<usize>> = BTreeMap::new();
         for (i, order) in orders.iter().enumerate() {
@@ -350,16 +351,16 @@ impl SqlStore {
         Ok(taken == 1)
     }
 
-    /// Which of `ids` are stored, seen from inside `tx`.
-    async fn stored_in(
+    /// Which of `ids` are stored, seen from `conn` (inside a transaction or not).
+    async fn stored_ids(
         &self,
-        tx: &mut sqlx::Transaction<'_, Any>,
+        conn: &mut sqlx::AnyConnection,
         ids: &[OrderId],
-    ) -> StoreResult<HashSet<OrderId>> {
-        let mut stored = HashSet::new();
+    ) -> StoreResult<Vec<OrderId>> {
+        let mut stored = Vec::new();
         for chunk in ids.chunks(INSERT_ROWS) {
             let select = self.select_ids_among(chunk);
-            stored.extend(ids_of(&select.fetch_all(&mut **tx).await?)?);
+            stored.extend(ids_of(&select.fetch_all(&mut *conn).await?)?);
         }
         Ok(stored)
     }
@@ -646,12 +647,8 @@ impl Store for SqlStore {
     }
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
-        let mut stored = Vec::new();
-        for chunk in candidates.chunks(INSERT_ROWS) {
-            let select = self.select_ids_among(chunk);
-            stored.extend(ids_of(&select.fetch_all(&self.pool).await?)?);
-        }
-        Ok(stored)
+        let mut conn = self.pool.acquire().await?;
+        self.stored_ids(&mut conn, candidates).await
     }
 }
 
