@@ -66,7 +66,7 @@ fn print_table(audits: &[ProductAudit]) {
             None => ("-".into(), "-".into(), "-".into()),
         };
         let status = match (audit.ledger_drift(), audit.gate_drift()) {
-            (0, 0) if dead == "0" || dead == "-" => "ok",
+            _ if audit.balances() => "ok",
             (0, 0) => "DEAD ENTRIES: outbox orders no worker could store",
             (0, d) if d > 0 => "GATE SHORT: undersells",
             (0, _) => "GATE OVER: would oversell",

@@ -2,7 +2,7 @@
 //! comparisons and map updates (never across an `.await`), so buys of different products never
 //! wait for each other and buys of one product are serialized exactly as a Redis script would be.
 
-use super::{GateAudit, GateError, GateProduct, Rejection, StockGate};
+use super::{GateError, GateProduct, Rejection, StockGate};
 use crate::domain::{Millis, Order, ProductId, SaleWindow, UserId};
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -45,14 +45,6 @@ impl MemoryGate {
 
 #[async_trait]
 impl StockGate for MemoryGate {
-    async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError> {
-        Ok(self.slot(id).map(|slot| GateAudit {
-            remaining: slot.lock().expect("gate slot lock poisoned").remaining,
-            in_flight_units: 0,
-            dead: 0,
-        }))
-    }
-
     async fn forget(&self, id: ProductId) -> Result<(), GateError> {
         self.products
             .write()

@@ -98,8 +98,15 @@ pub trait StockGate: Send + Sync + 'static {
     async fn add_stock(&self, id: ProductId, units: i64) -> Result<(), GateError>;
 
     /// What the gate holds for a product, to reconcile it with the database; `None` when the
-    /// product is not loaded.
-    async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError>;
+    /// product is not loaded. A gate without an outbox has nothing in flight and nothing set
+    /// aside: its units left are all there is.
+    async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError> {
+        Ok(self.remaining(id).await?.map(|remaining| GateAudit {
+            remaining,
+            in_flight_units: 0,
+            dead: 0,
+        }))
+    }
 
     /// The orders in a product's outbox: sold by the gate, not stored yet. No order is added
     /// while the product is not loaded, so a load reads this first.
