@@ -16,8 +16,8 @@ use crate::pipeline::amqp::Topology;
 use crate::pipeline::amqp::payments::AmqpPayments;
 use crate::pipeline::amqp::publisher::Publisher;
 use crate::pipeline::leader::Leadership;
+use crate::pipeline::ticker;
 use crate::pipeline::worker::{Worker, WorkerParts};
-use crate::pipeline::{GroupCommit, ticker};
 use crate::redis_link::RedisLink;
 use crate::sale::{SaleService, SaleSettings};
 use crate::store::Store;
@@ -122,23 +122,16 @@ impl Core {
             ),
             None => (Arc::new(MemoryGate::new()), Leadership::Solo),
         };
-        // Embedded mode commits each buy's order itself; cluster mode's gate appends it to
-        // the outbox instead.
-        let writer = if gate.keeps_outbox() {
-            None
-        } else {
-            Some(GroupCommit::start(store.clone(), config.max_batch)?)
-        };
         let sale = SaleService::start(
             store.clone(),
             gate,
-            writer,
             ids,
             clock,
             SaleSettings {
                 payment_window_ms: (config.payment_window_secs * 1000) as i64,
                 preheat_ms: (config.preheat_secs * 1000) as i64,
                 default_per_user_limit: config.per_user_limit,
+                max_batch: config.max_batch,
             },
         )
         .await

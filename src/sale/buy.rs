@@ -53,12 +53,9 @@ impl SaleService {
             cancelled_at: None,
         };
         self.reserve(&order, &entry, now).await?;
-        if self.gate.keeps_outbox() {
-            return Ok(order);
-        }
         let Some(writer) = &self.orders else {
-            self.give_back(&order).await;
-            return Err(BuyError::Unavailable(anyhow::anyhow!("no order writer")));
+            // The gate appended the order to its outbox in the same atomic step.
+            return Ok(order);
         };
         match writer.commit(order.clone()).await {
             Ok(Persisted::Inserted) => Ok(order),
@@ -129,10 +126,15 @@ impl SaleService {
             return;
         };
         entry.sold_out.store(true, Ordering::SeqCst);
+        self.lift_sold_out_if_stocked(product_id).await;
+    }
+
+    /// Clears a product's sold-out flag when the gate holds units of it again.
+    pub(super) async fn lift_sold_out_if_stocked(&self, product_id: ProductId) {
         if let Ok(Some(units)) = self.gate.remaining(product_id).await
             && units > 0
         {
-            entry.sold_out.store(false, Ordering::SeqCst);
+            self.catalog.restock(product_id);
         }
     }
 

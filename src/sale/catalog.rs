@@ -64,13 +64,7 @@ impl Catalog {
 
     /// Products whose local sold-out flag is set.
     pub fn flagged_sold_out(&self) -> Vec<ProductId> {
-        self.0
-            .read()
-            .expect("catalog lock poisoned")
-            .iter()
-            .filter(|(_, e)| e.sold_out.load(Ordering::SeqCst))
-            .map(|(id, _)| *id)
-            .collect()
+        self.ids_where(|e| e.sold_out.load(Ordering::SeqCst))
     }
 
     pub fn mark_loaded(&self, id: ProductId, sold_out: bool) {
@@ -96,22 +90,22 @@ impl Catalog {
 
     /// Every known product.
     pub fn ids(&self) -> Vec<ProductId> {
-        self.0
-            .read()
-            .expect("catalog lock poisoned")
-            .keys()
-            .copied()
-            .collect()
+        self.ids_where(|_| true)
     }
 
     pub fn due_for_preheat(&self, now: Millis, preheat_ms: i64) -> Vec<ProductId> {
+        self.ids_where(|e| {
+            !e.loaded.load(Ordering::SeqCst) && SaleService::is_due(&e.window, now, preheat_ms)
+        })
+    }
+
+    /// The products whose entries pass `keep`.
+    fn ids_where(&self, keep: impl Fn(&Entry) -> bool) -> Vec<ProductId> {
         self.0
             .read()
             .expect("catalog lock poisoned")
             .iter()
-            .filter(|(_, e)| {
-                !e.loaded.load(Ordering::SeqCst) && SaleService::is_due(&e.window, now, preheat_ms)
-            })
+            .filter(|(_, e)| keep(e))
             .map(|(id, _)| *id)
             .collect()
     }

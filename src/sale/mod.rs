@@ -32,6 +32,8 @@ pub struct SaleSettings {
     pub preheat_ms: i64,
     /// Units per user, for products that do not set their own limit.
     pub default_per_user_limit: u32,
+    /// Most orders in one group commit (embedded mode).
+    pub max_batch: usize,
 }
 
 /// Buying, paying, cancelling and the operator's changes, for one process.
@@ -59,11 +61,17 @@ impl SaleService {
     pub async fn start(
         store: Arc<dyn Store>,
         gate: Arc<dyn StockGate>,
-        orders: Option<GroupCommit>,
         ids: Snowflake,
         clock: SharedClock,
         settings: SaleSettings,
     ) -> anyhow::Result<Arc<Self>> {
+        // Embedded mode commits each buy's order itself; cluster mode's gate appends it to
+        // the outbox instead.
+        let orders = if gate.keeps_outbox() {
+            None
+        } else {
+            Some(GroupCommit::start(store.clone(), settings.max_batch)?)
+        };
         let service = Arc::new(Self {
             catalog: Catalog::default(),
             store,
@@ -98,11 +106,7 @@ impl SaleService {
     /// in another process (the scheduler's sweep, a worker's deadline) returned them.
     pub async fn refresh_sold_out(&self) {
         for id in self.catalog.flagged_sold_out() {
-            if let Ok(Some(units)) = self.gate.remaining(id).await
-                && units > 0
-            {
-                self.catalog.restock(id);
-            }
+            self.lift_sold_out_if_stocked(id).await;
         }
     }
 
