@@ -63,6 +63,7 @@ impl Outcome {
 }
 
 /// One shopper-slot's own tallies, merged at the end (no locks while firing).
+#[derive(Default)]
 struct Tally {
     latency: BTreeMap<&'static str, Histogram<u64>>,
     answers: BTreeMap<String, u64>,
@@ -71,15 +72,6 @@ struct Tally {
 }
 
 impl Tally {
-    fn new() -> Self {
-        Self {
-            latency: BTreeMap::new(),
-            answers: BTreeMap::new(),
-            accepted: Vec::new(),
-            cancelled: Vec::new(),
-        }
-    }
-
     fn record(&mut self, kind: &'static str, took: Duration, outcome: &str) {
         let histogram = self.latency.entry(kind).or_insert_with(new_histogram);
         histogram.saturating_record(took.as_micros() as u64);
@@ -177,7 +169,7 @@ pub async fn drive(target: Target, plan: Plan) -> anyhow::Result<Outcome> {
     let slots: Vec<_> = (0..concurrency)
         .map(|_| tokio::spawn(crowd.clone().slot(deadline)))
         .collect();
-    let mut total = Tally::new();
+    let mut total = Tally::default();
     for slot in slots {
         if let Ok(tally) = slot.await {
             total.merge(tally);
@@ -251,7 +243,7 @@ impl Crowd {
     async fn slot(self: Arc<Self>, deadline: Instant) -> Tally {
         let mut slot = Slot {
             connection: Connection::new(self.target.clone()),
-            tally: Tally::new(),
+            tally: Tally::default(),
         };
         while Instant::now() < deadline {
             let turn = self.issued.fetch_add(1, Ordering::Relaxed);
@@ -334,22 +326,23 @@ impl Crowd {
             return;
         };
         let visit = self.visits.fetch_add(1, Ordering::Relaxed);
-        let (kind, action) = match visit % 4 {
-            0 | 1 => ("pay", "pay"),
-            2 => ("cancel", "cancel"),
+        // The kind of request is also the last segment of its path.
+        let action = match visit % 4 {
+            0 | 1 => "pay",
+            2 => "cancel",
             _ => return,
         };
         let path = format!("/api/v1/orders/{}/{action}", order.order);
         let answer = self
             .send(
                 slot,
-                kind,
+                action,
                 Method::POST,
                 &path,
                 Some((shopper, Bytes::new())),
             )
             .await;
-        if kind == "cancel" && answer.reply.status.as_deref() == Some("cancelled") {
+        if action == "cancel" && answer.reply.status.as_deref() == Some("cancelled") {
             slot.tally.cancelled.push(order);
         }
     }

@@ -3,6 +3,7 @@
 
 use super::load::Outcome;
 use super::setup::Sale;
+use crate::domain::UserId;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -32,13 +33,13 @@ pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Ch
     let accepted_units: i64 = outcome.accepted.iter().map(|a| a.units).sum();
     let cancelled_units: i64 = outcome.cancelled.iter().map(|a| a.units).sum();
     let expected_sold = accepted_units - cancelled_units;
-    let sold = wait_for_drain(sale, expected_sold).await?;
+    let holdings = wait_for_drain(sale, expected_sold).await?;
+    let sold = units_held(&holdings);
     let product = sale
         .store
         .product(sale.product)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the bench product vanished"))?;
-    let holdings = sale.store.holdings(sale.product).await?;
     let ids: Vec<_> = outcome
         .accepted
         .iter()
@@ -98,26 +99,26 @@ pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Ch
     ])
 }
 
-/// Units held in stored orders once they stop changing (or reach `expected`).
-async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<i64> {
+/// Each buyer's units in stored orders, once their total stops changing (or reaches
+/// `expected`).
+async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<Vec<(UserId, u32)>> {
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     let mut last = (i64::MIN, Instant::now());
     loop {
-        let sold: i64 = sale
-            .store
-            .holdings(sale.product)
-            .await?
-            .iter()
-            .map(|(_, units)| i64::from(*units))
-            .sum();
+        let holdings = sale.store.holdings(sale.product).await?;
+        let sold = units_held(&holdings);
         if sold == expected || Instant::now() >= deadline {
-            return Ok(sold);
+            return Ok(holdings);
         }
         if sold != last.0 {
             last = (sold, Instant::now());
         } else if last.1.elapsed() >= Duration::from_secs(5) {
-            return Ok(sold);
+            return Ok(holdings);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+fn units_held(holdings: &[(UserId, u32)]) -> i64 {
+    holdings.iter().map(|(_, units)| i64::from(*units)).sum()
 }
