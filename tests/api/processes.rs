@@ -8,6 +8,7 @@ use crate::backend::{self, TestDatabase};
 use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp, code};
 use crate::shared_gate::{fresh_prefix, redis_url, server_on_with};
 use reqwest::StatusCode;
+use sqlx::AnyPool;
 use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -135,19 +136,16 @@ async fn buy_spread(
     accepted
 }
 
-/// Orders stored for `product`, straight from the database.
-async fn stored_count(app: &TestApp, product: i64) -> i64 {
-    let pool = app.pool().await;
-    let n = sqlx::query_scalar(
+/// Orders stored for `product`, straight from `app`'s database through `pool`.
+async fn stored_count(app: &TestApp, pool: &AnyPool, product: i64) -> i64 {
+    sqlx::query_scalar(
         app.db
             .sql("SELECT COUNT(*) FROM orders WHERE product_id = ?"),
     )
     .bind(product)
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await
-    .unwrap();
-    pool.close().await;
-    n
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -194,13 +192,15 @@ async fn stop_a_worker_mid_stream(how: Stop) {
     // No worker yet: every accepted order waits in the outbox.
     let accepted = buy_spread(&observer.client, &[server], &tokens, product).await;
     assert_eq!(accepted.len() as i64, stock);
-    assert_eq!(stored_count(&observer, product).await, 0);
+    // One connection for the polling below, so each look is a query, not a connect.
+    let pool = observer.pool().await;
+    assert_eq!(stored_count(&observer, &pool, product).await, 0);
 
     let (mut first, _) = cluster
         .start("worker", &[("SECKILL_MAX_BATCH", "20")])
         .await;
     let stored_at_stop = loop {
-        let n = stored_count(&observer, product).await;
+        let n = stored_count(&observer, &pool, product).await;
         if n > 0 {
             match how {
                 Stop::Kill => first.start_kill().unwrap(),
@@ -214,6 +214,7 @@ async fn stop_a_worker_mid_stream(how: Stop) {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
+    pool.close().await;
     let exit = tokio::time::timeout(Duration::from_secs(10), first.wait())
         .await
         .expect("the worker did not stop within 10 s")
