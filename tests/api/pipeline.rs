@@ -170,10 +170,8 @@ async fn wait_for_status(app: &TestApp, token: &str, order: &str, status: &str) 
 }
 
 #[tokio::test]
-async fn a_buy_script_sent_twice_takes_the_stock_once() {
-    use seckill::domain::{
-        Money, Order, OrderId, OrderStatus, ProductId, Quantity, SaleWindow, UserId,
-    };
+async fn a_buy_sent_twice_takes_the_stock_once() {
+    use seckill::domain::{ProductId, SaleWindow, UserId};
     use seckill::gate::{GateProduct, StockGate, redis::RedisGate};
 
     let gate = RedisGate::new(redis().await, &fresh_prefix());
@@ -188,23 +186,117 @@ async fn a_buy_script_sent_twice_takes_the_stock_once() {
     })
     .await
     .unwrap();
-    let price = Money::from_cents(100).unwrap();
-    let order = Order {
-        id: OrderId(42),
+    let order = seckill::domain::Order {
         user_id: UserId(7),
-        product_id: ProductId(1),
-        product_name: "Kettle".into(),
-        unit_price: price,
-        quantity: Quantity::parse(1).unwrap(),
-        total: price,
-        status: OrderStatus::AwaitingPayment,
         created_at: now,
         pay_before: now + 900_000,
-        paid_at: None,
-        cancelled_at: None,
+        ..crate::store::order(42, 1, 1)
     };
     // A cluster client re-sends a script whose reply timed out: same order, same answer.
     assert_eq!(gate.reserve(&order, now).await.unwrap(), 4);
     assert_eq!(gate.reserve(&order, now + 5_000).await.unwrap(), 4);
-    assert_eq!(gate.outbox(ProductId(1)).await.unwrap(), vec![order]);
+    // Copies queued together travel in one batch (this runtime has one thread, so the batch
+    // leaves only once all three wait): the script takes the first and knows the others.
+    let again = seckill::domain::Order {
+        user_id: UserId(8),
+        ..crate::store::order(43, 1, 1)
+    };
+    let copies = tokio::join!(
+        gate.reserve(&again, now),
+        gate.reserve(&again, now),
+        gate.reserve(&again, now)
+    );
+    assert_eq!(
+        (copies.0.unwrap(), copies.1.unwrap(), copies.2.unwrap()),
+        (3, 3, 3)
+    );
+    assert_eq!(gate.outbox(ProductId(1)).await.unwrap(), vec![order, again]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buys_batched_together_are_decided_one_by_one() {
+    use seckill::domain::{Order, OrderId, ProductId, SaleWindow, UserId};
+    use seckill::gate::{GateError, GateProduct, Rejection, StockGate, redis::RedisGate};
+    use std::collections::{HashMap, HashSet};
+
+    let gate = Arc::new(RedisGate::new(redis().await, &fresh_prefix()));
+    let now = 1_800_000_000_000;
+    let stock = [(ProductId(1), 30), (ProductId(2), 20)];
+    for (id, remaining) in stock {
+        gate.load(GateProduct {
+            id,
+            window: SaleWindow::new(now - 1_000, now + 60_000).unwrap(),
+            remaining,
+            per_user_limit: 2,
+            holdings: vec![],
+            released: vec![],
+        })
+        .await
+        .unwrap();
+    }
+    // 50 shoppers each try three single units of both products at once, so batches hold
+    // buys of both products, of one shopper, and more than the stock. One order is also sent
+    // three times, as a cluster client re-sends a script whose reply timed out.
+    let mut buys = Vec::new();
+    for user in 0..50 {
+        for (product, _) in stock {
+            for attempt in 0..3 {
+                let id = product.0 * 1000 + user * 3 + attempt;
+                buys.push(Order {
+                    user_id: UserId(user),
+                    created_at: now,
+                    ..crate::store::order(id, product.0, 1)
+                });
+            }
+        }
+    }
+    let repeated = buys[7].clone();
+    buys.extend([repeated.clone(), repeated.clone()]);
+    let barrier = Arc::new(tokio::sync::Barrier::new(buys.len()));
+    let tasks: Vec<_> = buys
+        .into_iter()
+        .map(|order| {
+            let (gate, barrier) = (gate.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let answer = gate.reserve(&order, now).await;
+                (order, answer)
+            })
+        })
+        .collect();
+
+    let mut taken: HashMap<ProductId, HashSet<OrderId>> = HashMap::new();
+    let mut held: HashMap<(UserId, ProductId), usize> = HashMap::new();
+    let mut repeats = Vec::new();
+    for task in tasks {
+        let (order, answer) = task.await.unwrap();
+        if order.id == repeated.id {
+            repeats.push(answer.is_ok());
+        }
+        match answer {
+            Ok(_) => {
+                if taken.entry(order.product_id).or_default().insert(order.id) {
+                    *held.entry((order.user_id, order.product_id)).or_default() += 1;
+                }
+            }
+            Err(GateError::Rejected(Rejection::LimitReached | Rejection::SoldOut { .. })) => {}
+            Err(other) => panic!("order {}: {other:?}", order.id.0),
+        }
+    }
+    assert_eq!(repeats.len(), 3);
+    assert!(repeats.iter().all(|&ok| ok == repeats[0]), "{repeats:?}");
+    assert!(held.values().all(|&units| units <= 2), "{held:?}");
+    for (product, units) in stock {
+        let outbox: HashSet<OrderId> = gate
+            .outbox(product)
+            .await
+            .unwrap()
+            .iter()
+            .map(|order| order.id)
+            .collect();
+        assert_eq!(taken[&product].len(), units as usize);
+        assert_eq!(outbox, taken[&product]);
+        assert_eq!(gate.outbox(product).await.unwrap().len(), units as usize);
+        assert_eq!(gate.remaining(product).await.unwrap(), Some(0));
+    }
 }

@@ -6,7 +6,8 @@ use crate::helpers::TestApp;
 use seckill::domain::{Money, Order, OrderId, OrderStatus, ProductId, Quantity, UserId};
 use seckill::store::Persisted::{Duplicate, Inserted, OutOfStock};
 
-fn order(id: i64, product: i64, quantity: i64) -> Order {
+/// An order of `quantity` units of `product` by user `id`, as a test writes it by hand.
+pub fn order(id: i64, product: i64, quantity: i64) -> Order {
     let price = Money::from_cents(100).unwrap();
     let quantity = Quantity::parse(quantity).unwrap();
     Order {

@@ -1,38 +1,59 @@
--- The buy, in one atomic step. KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash,
--- KEYS[3] = its outbox stream, KEYS[4] = its recently taken order ids (all under the product's
--- hash tag, so they live on one shard). ARGV = user id, units, now (Unix ms), the encoded
--- order, its id. Returns {code, remaining}: 0 taken
--- (and the order appended to the outbox, in the same step, so it cannot be lost between gate
--- and queue), -1 not loaded, -2 not started, -3 ended, -4 per-user limit reached, -5 not
--- enough stock.
+-- Buys of one product, in one atomic step, each decided as if it ran alone in the order given.
+-- KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash, KEYS[3] = its outbox stream,
+-- KEYS[4] = its recently taken order ids (all under the product's hash tag, so they live on one
+-- shard). ARGV = five values per buy: user id, units, now (Unix ms), the encoded order, its id.
+-- Returns {code, remaining} per buy, one flat list: 0 taken (and the order appended to the
+-- outbox, in the same step, so it cannot be lost between gate and queue), -1 not loaded, -2 not
+-- started, -3 ended, -4 per-user limit reached, -5 not enough stock.
+local buys = #ARGV / 5
+local answers = {}
 local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit')
 if not sale[1] then
-  return {-1, 0}
+  for i = 1, buys do
+    answers[2 * i - 1], answers[2 * i] = -1, 0
+  end
+  return answers
 end
 local remaining = tonumber(sale[1])
-local now, units = tonumber(ARGV[3]), tonumber(ARGV[2])
+local start, stop, limit = tonumber(sale[2]), tonumber(sale[3]), tonumber(sale[4])
 -- A repeat of a buy already taken (a cluster client re-sends a script whose reply timed out)
 -- answers as the first run did, instead of taking the stock twice. A minute of ids is kept:
 -- re-sends come within seconds, and a longer memory costs a busy product megabytes.
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - 60000)
-if redis.call('ZSCORE', KEYS[4], ARGV[5]) then
-  return {0, remaining}
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', tonumber(ARGV[3]) - 60000)
+local held, taken_here, newly_taken, sold = {}, {}, {}, 0
+for i = 0, buys - 1 do
+  local user, units, now = ARGV[5 * i + 1], tonumber(ARGV[5 * i + 2]), tonumber(ARGV[5 * i + 3])
+  local order, id = ARGV[5 * i + 4], ARGV[5 * i + 5]
+  local code = 0
+  if taken_here[id] or redis.call('ZSCORE', KEYS[4], id) then
+    code = 0
+  elseif now < start then
+    code = -2
+  elseif now >= stop then
+    code = -3
+  else
+    local has = held[user] or tonumber(redis.call('HGET', KEYS[2], user) or '0')
+    held[user] = has
+    if has + units > limit then
+      code = -4
+    -- `<`, not `<=`: the last unit sells.
+    elseif remaining < units then
+      code = -5
+    else
+      held[user] = has + units
+      remaining = remaining - units
+      sold = sold + units
+      taken_here[id] = true
+      newly_taken[#newly_taken + 1] = now
+      newly_taken[#newly_taken + 1] = id
+      redis.call('HINCRBY', KEYS[2], user, units)
+      redis.call('XADD', KEYS[3], '*', 'order', order)
+    end
+  end
+  answers[2 * i + 1], answers[2 * i + 2] = code, remaining
 end
-if now < tonumber(sale[2]) then
-  return {-2, remaining}
+if sold > 0 then
+  redis.call('ZADD', KEYS[4], unpack(newly_taken))
+  redis.call('HINCRBY', KEYS[1], 'remaining', -sold)
 end
-if now >= tonumber(sale[3]) then
-  return {-3, remaining}
-end
-local held = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-if held + units > tonumber(sale[4]) then
-  return {-4, remaining}
-end
--- `<`, not `<=`: the last unit sells.
-if remaining < units then
-  return {-5, remaining}
-end
-redis.call('HINCRBY', KEYS[2], ARGV[1], units)
-redis.call('XADD', KEYS[3], '*', 'order', ARGV[4])
-redis.call('ZADD', KEYS[4], now, ARGV[5])
-return {0, redis.call('HINCRBY', KEYS[1], 'remaining', -units)}
+return answers

@@ -1,5 +1,6 @@
-//! The stock gate in Redis, shared by every server process: one Lua script per buy (EVALSHA,
-//! reloaded on NOSCRIPT by `redis::Script`), so the check-and-take is atomic without any lock.
+//! The stock gate in Redis, shared by every server process: a Lua script (EVALSHA, reloaded on
+//! NOSCRIPT by `redis::Script`) decides a batch of buys of one product (see [`batch`]), so the
+//! check-and-take is atomic without any lock.
 //! A product's keys share the hash tag `{p:ID}` so its scripts run on one shard of a cluster:
 //!
 //! - `PREFIX{p:ID}:sale`: hash of `remaining`, `start`, `end` (Unix ms), `limit`
@@ -11,20 +12,24 @@
 //! - `PREFIX{p:ID}:taken`: sorted set of the last minute's order ids by time, so a buy
 //!   script re-sent by the client (a cluster connection retries a timed-out reply) runs once
 
+mod batch;
+
 use super::{GateAudit, GateError, GateProduct, Rejection, StockGate};
 use crate::domain::{Millis, Order, ProductId, SaleWindow};
 use crate::redis_link::RedisLink;
 use async_trait::async_trait;
+use batch::ReserveBatches;
 use redis::Script;
 use redis::streams::StreamId;
 use std::sync::LazyLock;
 
 static RESERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/reserve.lua")));
+    LazyLock::new(|| Script::new(include_str!("../scripts/reserve.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/load.lua")));
-static UPDATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/update.lua")));
+    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
+static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/load.lua")));
+static UPDATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/update.lua")));
 
 /// The Redis [`StockGate`].
 pub struct RedisGate {
@@ -32,6 +37,8 @@ pub struct RedisGate {
     redis: RedisLink,
     /// Prepended to every key, so several deployments (or tests) share one Redis.
     prefix: String,
+    /// Buys on their way to the reserve script.
+    batches: ReserveBatches,
 }
 
 /// The keys of one product.
@@ -60,9 +67,11 @@ impl Keys {
 }
 
 impl RedisGate {
-    /// The gate over `redis`; keys start with `prefix`.
+    /// The gate over `redis`; keys start with `prefix`. Must be called within a Tokio
+    /// runtime: it starts the task that sends buys to Redis in batches.
     pub fn new(redis: RedisLink, prefix: &str) -> Self {
         Self {
+            batches: ReserveBatches::start(redis.clone(), prefix),
             redis,
             prefix: prefix.to_owned(),
         }
@@ -166,34 +175,7 @@ impl StockGate for RedisGate {
     }
 
     async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
-        let keys = self.keys(order.product_id);
-        let (code, remaining): (i64, i64) = RESERVE
-            .key(keys.sale)
-            .key(keys.buyers)
-            .key(keys.outbox)
-            .key(keys.taken)
-            .arg(order.user_id.0)
-            .arg(order.quantity.get())
-            .arg(now)
-            .arg(order.encode())
-            .arg(order.id.0)
-            .invoke_async(&mut self.redis.clone())
-            .await
-            .map_err(unavailable)?;
-        let rejection = match code {
-            0 => return Ok(remaining),
-            -1 => Rejection::NotLoaded,
-            -2 => Rejection::NotStarted,
-            -3 => Rejection::Ended,
-            -4 => Rejection::LimitReached,
-            -5 => Rejection::SoldOut { remaining },
-            other => {
-                return Err(GateError::Unavailable(anyhow::anyhow!(
-                    "reserve script answered {other}"
-                )));
-            }
-        };
-        Err(rejection.into())
+        self.batches.reserve(order, now).await
     }
 
     async fn release(&self, order: &Order) -> Result<(), GateError> {
