@@ -267,6 +267,7 @@ async fn buys_batched_together_are_decided_one_by_one() {
 
     let mut taken: HashMap<ProductId, HashSet<OrderId>> = HashMap::new();
     let mut held: HashMap<(UserId, ProductId), usize> = HashMap::new();
+    let mut left: HashMap<ProductId, Vec<i64>> = HashMap::new();
     let mut repeats = Vec::new();
     for task in tasks {
         let (order, answer) = task.await.unwrap();
@@ -274,9 +275,12 @@ async fn buys_batched_together_are_decided_one_by_one() {
             repeats.push(answer.is_ok());
         }
         match answer {
-            Ok(_) => {
+            Ok(remaining) => {
                 if taken.entry(order.product_id).or_default().insert(order.id) {
                     *held.entry((order.user_id, order.product_id)).or_default() += 1;
+                }
+                if order.id != repeated.id {
+                    left.entry(order.product_id).or_default().push(remaining);
                 }
             }
             Err(GateError::Rejected(Rejection::LimitReached | Rejection::SoldOut { .. })) => {}
@@ -295,6 +299,16 @@ async fn buys_batched_together_are_decided_one_by_one() {
             .map(|order| order.id)
             .collect();
         assert_eq!(taken[&product].len(), units as usize);
+        // Each buy taken saw the units its batch left after it: all different, all in stock.
+        let mut left = left.remove(&product).unwrap();
+        left.sort_unstable();
+        // (The repeated order's answers are left out: a copy answers with the units left now.)
+        assert!(left.windows(2).all(|pair| pair[0] < pair[1]), "{left:?}");
+        assert!(left.len() >= units as usize - 1, "{left:?}");
+        assert!(
+            left.iter()
+                .all(|&units_left| (0..units).contains(&units_left))
+        );
         assert_eq!(outbox, taken[&product]);
         assert_eq!(gate.outbox(product).await.unwrap().len(), units as usize);
         assert_eq!(gate.remaining(product).await.unwrap(), Some(0));

@@ -1,19 +1,20 @@
-//! Buys travel to Redis in batches. Every buy of a product that arrives while the previous
-//! round of script calls is on its way joins the next call for that product, so Redis runs one
-//! call (one parse, one sale lookup, one reply) for many buys, and this process writes and reads
-//! one command instead of many. Nobody waits for a timer: a lone buy leaves at once, and under a
-//! crowd a batch grows to what arrived during one round trip. The script decides each buy as if
-//! it ran alone, in arrival order, so batching changes no answer.
+//! Buys travel to Redis in batches. Every buy of a product that arrives while that product's
+//! previous script call is on its way joins the next call, so Redis runs one call (one parse,
+//! one sale lookup, one reply) for many buys, and this process writes and reads one command
+//! instead of many. Nobody waits for a timer: a lone buy leaves at once, and under a crowd a
+//! batch grows to what arrived during one round trip. The script decides each buy as if it ran
+//! alone, in arrival order, so batching changes no answer.
 
 use super::{Keys, RESERVE, unavailable};
 use crate::domain::{Millis, Order, ProductId};
 use crate::gate::{GateError, Rejection};
 use crate::redis_link::RedisLink;
 use std::collections::HashMap;
+use std::sync::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
-/// Most buys taken from the queue for one round of calls, which bounds one script's run (and
-/// so how long it holds Redis, which runs one script at a time) and its argument list.
+/// Most buys in one script call, which bounds how long it holds Redis (which runs one script
+/// at a time) and its argument list.
 const MAX_BUYS: usize = 128;
 
 /// A buy waiting for its batch, with where its answer goes.
@@ -23,22 +24,28 @@ struct Pending {
     answer: oneshot::Sender<Result<i64, GateError>>,
 }
 
-/// The queue in front of the reserve script, and the task that empties it.
+/// One queue per product in front of the reserve script, each emptied by a task of its own, so
+/// a slow call (a shard failing over) holds up the buys of its own product only.
 pub(super) struct ReserveBatches {
-    queue: mpsc::UnboundedSender<Pending>,
+    redis: RedisLink,
+    prefix: String,
+    queues: Mutex<HashMap<ProductId, mpsc::UnboundedSender<Pending>>>,
 }
 
 impl ReserveBatches {
-    /// Starts the task that sends batches over `redis`; it ends when this is dropped. Must be
-    /// called within a Tokio runtime.
-    pub fn start(redis: RedisLink, prefix: &str) -> Self {
-        let (queue, buys) = mpsc::unbounded_channel();
-        tokio::spawn(send_batches(redis, prefix.to_owned(), buys));
-        Self { queue }
+    /// Batches over `redis`, for keys under `prefix`. A product's task starts with its first buy
+    /// and ends when this is dropped.
+    pub fn new(redis: RedisLink, prefix: &str) -> Self {
+        Self {
+            redis,
+            prefix: prefix.to_owned(),
+            queues: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Runs the reserve script for `order` within a batch; returns the units left, as
-    /// [`StockGate::reserve`](crate::gate::StockGate::reserve) does.
+    /// [`StockGate::reserve`](crate::gate::StockGate::reserve) does. Must be called within a
+    /// Tokio runtime.
     pub async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
         let (answer, answered) = oneshot::channel();
         let pending = Pending {
@@ -47,39 +54,48 @@ impl ReserveBatches {
             answer,
         };
         let stopped = || GateError::Unavailable(anyhow::anyhow!("the stock gate is shutting down"));
-        self.queue.send(pending).map_err(|_| stopped())?;
+        self.queue_of(order.product_id)
+            .send(pending)
+            .map_err(|_| stopped())?;
         answered.await.map_err(|_| stopped())?
+    }
+
+    /// The queue of `product`, started on first use.
+    fn queue_of(&self, product: ProductId) -> mpsc::UnboundedSender<Pending> {
+        let mut queues = self
+            .queues
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        queues
+            .entry(product)
+            .or_insert_with(|| {
+                let (queue, buys) = mpsc::unbounded_channel();
+                let keys = Keys::of(&self.prefix, product);
+                tokio::spawn(send_batches(self.redis.clone(), keys, buys));
+                queue
+            })
+            .clone()
     }
 }
 
-/// Sends one round of script calls at a time, one per product among the buys queued, then
-/// takes whatever queued meanwhile. A round in flight while the next fills is what batches
-/// the buys: on loopback, a second round in flight made batches smaller and buys slower.
-async fn send_batches(
-    redis: RedisLink,
-    prefix: String,
-    mut buys: mpsc::UnboundedReceiver<Pending>,
-) {
-    let mut taken = Vec::with_capacity(MAX_BUYS);
-    while buys.recv_many(&mut taken, MAX_BUYS).await > 0 {
-        let mut by_product: HashMap<ProductId, Vec<Pending>> = HashMap::new();
-        for pending in taken.drain(..) {
-            by_product
-                .entry(pending.order.product_id)
-                .or_default()
-                .push(pending);
+/// Sends one script call at a time for one product's buys, then takes whatever queued
+/// meanwhile. The call in flight while the next fills is what batches the buys: on loopback,
+/// a second call in flight made batches smaller and buys slower.
+async fn send_batches(redis: RedisLink, keys: Keys, mut buys: mpsc::UnboundedReceiver<Pending>) {
+    let mut batch = Vec::with_capacity(MAX_BUYS);
+    while buys.recv_many(&mut batch, MAX_BUYS).await > 0 {
+        // A buyer who left before the call has nothing sent for them: no order, no stock taken.
+        batch.retain(|pending| !pending.answer.is_closed());
+        if !batch.is_empty() {
+            reserve_batch(redis.clone(), &keys, std::mem::take(&mut batch)).await;
         }
-        let calls = by_product.into_iter().map(|(product, batch)| {
-            reserve_batch(redis.clone(), Keys::of(&prefix, product), batch)
-        });
-        futures_util::future::join_all(calls).await;
     }
 }
 
 /// One script call for `batch`, all buys of one product, and each buy's answer sent back.
-async fn reserve_batch(mut redis: RedisLink, keys: Keys, batch: Vec<Pending>) {
-    let mut call = RESERVE.key(keys.sale);
-    call.key(keys.buyers).key(keys.outbox).key(keys.taken);
+async fn reserve_batch(mut redis: RedisLink, keys: &Keys, batch: Vec<Pending>) {
+    let mut call = RESERVE.key(&keys.sale);
+    call.key(&keys.buyers).key(&keys.outbox).key(&keys.taken);
     for pending in &batch {
         let order = &pending.order;
         call.arg(order.user_id.0)

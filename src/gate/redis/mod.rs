@@ -67,11 +67,10 @@ impl Keys {
 }
 
 impl RedisGate {
-    /// The gate over `redis`; keys start with `prefix`. Must be called within a Tokio
-    /// runtime: it starts the task that sends buys to Redis in batches.
+    /// The gate over `redis`; keys start with `prefix`.
     pub fn new(redis: RedisLink, prefix: &str) -> Self {
         Self {
-            batches: ReserveBatches::start(redis.clone(), prefix),
+            batches: ReserveBatches::new(redis.clone(), prefix),
             redis,
             prefix: prefix.to_owned(),
         }

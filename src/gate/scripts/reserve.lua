@@ -5,6 +5,9 @@
 -- Returns {code, remaining} per buy, one flat list: 0 taken (and the order appended to the
 -- outbox, in the same step, so it cannot be lost between gate and queue), -1 not loaded, -2 not
 -- started, -3 ended, -4 per-user limit reached, -5 not enough stock.
+if #ARGV == 0 or #ARGV % 5 ~= 0 then
+  return redis.error_reply('reserve: five arguments per buy')
+end
 local buys = #ARGV / 5
 local answers = {}
 local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit')
