@@ -291,13 +291,9 @@ async fn buys_batched_together_are_decided_one_by_one() {
     assert!(repeats.iter().all(|&ok| ok == repeats[0]), "{repeats:?}");
     assert!(held.values().all(|&units| units <= 2), "{held:?}");
     for (product, units) in stock {
-        let outbox: HashSet<OrderId> = gate
-            .outbox(product)
-            .await
-            .unwrap()
-            .iter()
-            .map(|order| order.id)
-            .collect();
+        let outbox = gate.outbox(product).await.unwrap();
+        assert_eq!(outbox.len(), units as usize);
+        let outbox: HashSet<OrderId> = outbox.iter().map(|order| order.id).collect();
         assert_eq!(taken[&product].len(), units as usize);
         // Each buy taken saw the units its batch left after it: all different, all in stock.
         let mut left = left.remove(&product).unwrap();
@@ -310,7 +306,6 @@ async fn buys_batched_together_are_decided_one_by_one() {
                 .all(|&units_left| (0..units).contains(&units_left))
         );
         assert_eq!(outbox, taken[&product]);
-        assert_eq!(gate.outbox(product).await.unwrap().len(), units as usize);
         assert_eq!(gate.remaining(product).await.unwrap(), Some(0));
     }
 }

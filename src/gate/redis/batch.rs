@@ -81,19 +81,23 @@ impl ReserveBatches {
 /// Sends one script call at a time for one product's buys, then takes whatever queued
 /// meanwhile. The call in flight while the next fills is what batches the buys: on loopback,
 /// a second call in flight made batches smaller and buys slower.
-async fn send_batches(redis: RedisLink, keys: Keys, mut buys: mpsc::UnboundedReceiver<Pending>) {
+async fn send_batches(
+    mut redis: RedisLink,
+    keys: Keys,
+    mut buys: mpsc::UnboundedReceiver<Pending>,
+) {
     let mut batch = Vec::with_capacity(MAX_BUYS);
     while buys.recv_many(&mut batch, MAX_BUYS).await > 0 {
         // A buyer who left before the call has nothing sent for them: no order, no stock taken.
         batch.retain(|pending| !pending.answer.is_closed());
         if !batch.is_empty() {
-            reserve_batch(redis.clone(), &keys, std::mem::take(&mut batch)).await;
+            reserve_batch(&mut redis, &keys, std::mem::take(&mut batch)).await;
         }
     }
 }
 
 /// One script call for `batch`, all buys of one product, and each buy's answer sent back.
-async fn reserve_batch(mut redis: RedisLink, keys: &Keys, batch: Vec<Pending>) {
+async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, batch: Vec<Pending>) {
     let mut call = RESERVE.key(&keys.sale);
     call.key(&keys.buyers).key(&keys.outbox).key(&keys.taken);
     for pending in &batch {
@@ -104,7 +108,7 @@ async fn reserve_batch(mut redis: RedisLink, keys: &Keys, batch: Vec<Pending>) {
             .arg(order.encode())
             .arg(order.id.0);
     }
-    let answers: Result<Vec<i64>, redis::RedisError> = call.invoke_async(&mut redis).await;
+    let answers: Result<Vec<i64>, redis::RedisError> = call.invoke_async(redis).await;
     let expected = 2 * batch.len();
     for (i, pending) in batch.into_iter().enumerate() {
         let answer = match &answers {
