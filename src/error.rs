@@ -8,12 +8,14 @@
 //! - Start-up, the CLI and background tasks use `anyhow` with `.context(..)`.
 
 use axum::Json;
-use axum::extract::FromRequest;
+use axum::body::Bytes;
 use axum::extract::FromRequestParts;
 use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::borrow::Cow;
 
 /// An error answered to an API client.
@@ -179,9 +181,33 @@ impl From<PathRejection> for ApiError {
 }
 
 /// `axum::Json` whose rejections use [`ApiError`], so bad JSON gets the app's error shape.
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
 pub struct AppJson<T>(pub T);
+
+/// A body sent as plain `application/json` is parsed straight with `serde_json`; anything
+/// else, and any body that fails to parse, goes through `axum::Json`, whose rejections name
+/// the offending field. The buy path pays only for the parse, not for tracking field paths.
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for AppJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let plain_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|value| value == "application/json");
+        if !plain_json {
+            let Json(value) = Json::<T>::from_request(req, state).await?;
+            return Ok(Self(value));
+        }
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(JsonRejection::from)?;
+        if let Ok(value) = serde_json::from_slice(&bytes) {
+            return Ok(Self(value));
+        }
+        let Json(value) = Json::<T>::from_bytes(&bytes)?;
+        Ok(Self(value))
+    }
+}
 
 impl<T: Serialize> IntoResponse for AppJson<T> {
     fn into_response(self) -> Response {

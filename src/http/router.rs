@@ -15,19 +15,18 @@ use tower_http::trace::TraceLayer;
 
 /// The whole HTTP application.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    let api = Router::new()
+    // The API's routes carry their full `/api/v1/...` paths rather than being nested: a
+    // nested router rewrites every request's URI on the way in, on the buy path too.
+    Router::new()
         .merge(api::sessions::router())
         .merge(api::catalog::router())
         .merge(api::orders::router())
         .merge(api::admin::router())
-        .fallback(no_route)
-        .method_not_allowed_fallback(wrong_method);
-    Router::new()
-        .nest("/api/v1", api)
         .merge(pages::router())
         .route("/static/{*path}", get(assets::serve))
         .route("/healthz", get(healthz))
         .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(SetResponseHeaderLayer::if_not_present(

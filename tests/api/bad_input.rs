@@ -120,6 +120,26 @@ async fn malformed_wrong_or_out_of_range_buys_are_refused_and_change_nothing() {
     assert_eq!(app.product(product).await["remaining"], 10);
 }
 
+/// The buy path parses plain `application/json` bodies itself; other JSON content types and
+/// the error messages still follow axum's `Json`, which names the field at fault.
+#[tokio::test]
+async fn json_bodies_are_read_whatever_their_json_content_type_and_errors_name_the_field() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(10, 5).await;
+    let token = app.users(1).await.remove(0);
+    let body = format!("{{\"product_id\": {product}, \"quantity\": 1}}");
+    for content_type in ["application/json", "application/json; charset=utf-8"] {
+        let (status, answer) = raw_buy(&app, Some(&token), content_type, body.clone()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{content_type}: {answer}");
+    }
+    let wrong_type = format!("{{\"product_id\": {product}, \"quantity\": \"one\"}}");
+    let (status, answer) = raw_buy(&app, Some(&token), "application/json", wrong_type).await;
+    assert_eq!((status.as_u16(), code(&answer)), (422, "invalid_body"));
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("quantity"), "{message}");
+    assert_eq!(app.stored(product).await, (2, 2, 8));
+}
+
 #[tokio::test]
 async fn buys_without_a_valid_session_are_unauthorized_and_change_nothing() {
     let clock = TestApp::manual_clock();

@@ -14,13 +14,13 @@ use axum::routing::{patch, post};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-/// `/admin/...`.
+/// `/api/v1/admin/...`.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/admin/events", post(create_event))
-        .route("/admin/products", post(create_product))
-        .route("/admin/products/{id}", patch(update_product))
-        .route("/admin/products/{id}/stock", post(add_stock))
+        .route("/api/v1/admin/events", post(create_event))
+        .route("/api/v1/admin/products", post(create_product))
+        .route("/api/v1/admin/products/{id}", patch(update_product))
+        .route("/api/v1/admin/products/{id}/stock", post(add_stock))
 }
 
 /// The most units one product may hold: far above any flash sale, far below overflow.

@@ -9,12 +9,12 @@ use axum::extract::State;
 use axum::routing::get;
 use serde::Serialize;
 
-/// `/events` and `/products`.
+/// `/api/v1/events` and `/api/v1/products`.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/events", get(list_events))
-        .route("/events/{id}", get(show_event))
-        .route("/products/{id}", get(show_product))
+        .route("/api/v1/events", get(list_events))
+        .route("/api/v1/events/{id}", get(show_event))
+        .route("/api/v1/products/{id}", get(show_product))
 }
 
 async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventView>>, ApiError> {

@@ -17,13 +17,13 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
-/// `/orders`.
+/// `/api/v1/orders`.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/orders", post(place_order).get(my_orders))
-        .route("/orders/{id}", get(my_order))
-        .route("/orders/{id}/pay", post(pay))
-        .route("/orders/{id}/cancel", post(cancel))
+        .route("/api/v1/orders", post(place_order).get(my_orders))
+        .route("/api/v1/orders/{id}", get(my_order))
+        .route("/api/v1/orders/{id}/pay", post(pay))
+        .route("/api/v1/orders/{id}/cancel", post(cancel))
 }
 
 #[derive(Deserialize)]

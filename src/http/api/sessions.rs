@@ -12,11 +12,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
-/// `/users` and `/sessions`.
+/// `/api/v1/users` and `/api/v1/sessions`.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/users", post(register))
-        .route("/sessions", post(sign_in).delete(sign_out))
+        .route("/api/v1/users", post(register))
+        .route("/api/v1/sessions", post(sign_in).delete(sign_out))
 }
 
 #[derive(Deserialize)]
