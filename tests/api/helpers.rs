@@ -372,10 +372,19 @@ impl TestApp {
 
 static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);
 
-/// The status and JSON body of a response (`Value::Null` when the body is not JSON).
+/// The status and JSON body of a response (`Value::Null` when the body is not JSON). A JSON
+/// body must be declared as such, or clients would not read it as JSON.
 pub async fn status_and_json(response: reqwest::Response) -> (StatusCode, Value) {
     let status = response.status();
+    let declared_json = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .is_some_and(|value| value == "application/json");
     let body = response.json::<Value>().await.unwrap_or(Value::Null);
+    assert!(
+        body.is_null() || declared_json,
+        "a JSON answer ({status}) must say Content-Type: application/json"
+    );
     (status, body)
 }
 

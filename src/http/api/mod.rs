@@ -15,7 +15,7 @@ pub struct Rfc3339(pub Millis);
 impl Serialize for Rfc3339 {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match chrono::DateTime::from_timestamp_millis(self.0) {
-            Some(t) => s.collect_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+            Some(t) => s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
             None => s.serialize_none(),
         }
     }
