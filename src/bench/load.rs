@@ -8,11 +8,12 @@ use super::conn::{Connection, Failure, Target};
 use super::setup::Sale;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use hyper::Method;
 use hyper::header::HeaderValue;
+use hyper::{Method, StatusCode};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Deserialize;
 use serde_json::json;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -62,11 +63,12 @@ impl Outcome {
     }
 }
 
-/// One shopper-slot's own tallies, merged at the end (no locks while firing).
+/// One shopper-slot's own tallies, merged at the end (no locks while firing). Answers are
+/// counted by kind, then outcome, so counting one allocates nothing once its outcome was seen.
 #[derive(Default)]
 struct Tally {
     latency: BTreeMap<&'static str, Histogram<u64>>,
-    answers: BTreeMap<String, u64>,
+    answers: BTreeMap<&'static str, BTreeMap<String, u64>>,
     accepted: Vec<Accepted>,
     cancelled: Vec<Accepted>,
 }
@@ -75,7 +77,13 @@ impl Tally {
     fn record(&mut self, kind: &'static str, took: Duration, outcome: &str) {
         let histogram = self.latency.entry(kind).or_insert_with(new_histogram);
         histogram.saturating_record(took.as_micros() as u64);
-        *self.answers.entry(format!("{kind} {outcome}")).or_default() += 1;
+        let outcomes = self.answers.entry(kind).or_default();
+        match outcomes.get_mut(outcome) {
+            Some(n) => *n += 1,
+            None => {
+                outcomes.insert(outcome.to_owned(), 1);
+            }
+        }
     }
 
     fn merge(&mut self, other: Tally) {
@@ -83,11 +91,26 @@ impl Tally {
             let mine = self.latency.entry(kind).or_insert_with(new_histogram);
             let _ = mine.add(&histogram);
         }
-        for (answer, n) in other.answers {
-            *self.answers.entry(answer).or_default() += n;
+        for (kind, outcomes) in other.answers {
+            let mine = self.answers.entry(kind).or_default();
+            for (outcome, n) in outcomes {
+                *mine.entry(outcome).or_default() += n;
+            }
         }
         self.accepted.extend(other.accepted);
         self.cancelled.extend(other.cancelled);
+    }
+
+    /// Answers keyed `"kind outcome"`, as the report shows them.
+    fn answers_by_name(&self) -> BTreeMap<String, u64> {
+        self.answers
+            .iter()
+            .flat_map(|(kind, outcomes)| {
+                outcomes
+                    .iter()
+                    .map(move |(outcome, n)| (format!("{kind} {outcome}"), *n))
+            })
+            .collect()
     }
 }
 
@@ -179,8 +202,8 @@ pub async fn drive(target: Target, plan: Plan) -> anyhow::Result<Outcome> {
     progress.abort();
     Ok(Outcome {
         elapsed,
+        answers: total.answers_by_name(),
         latency: total.latency,
-        answers: total.answers,
         accepted: total.accepted,
         cancelled: total.cancelled,
     })
@@ -213,23 +236,52 @@ async fn show_progress(crowd: Arc<Crowd>, started: Instant) {
     }
 }
 
-/// The parts of an answer the crowd looks at.
+/// The parts of an answer the crowd looks at, borrowed from its body.
 #[derive(Default, Deserialize)]
-struct Reply {
-    order_id: Option<String>,
-    status: Option<String>,
-    error: Option<ErrorReply>,
+struct Reply<'a> {
+    #[serde(borrow)]
+    order_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    error: Option<ErrorReply<'a>>,
 }
 
 #[derive(Default, Deserialize)]
-struct ErrorReply {
-    code: String,
+struct ErrorReply<'a> {
+    #[serde(borrow)]
+    code: Cow<'a, str>,
 }
 
-/// What one request came back with.
+/// What one request came back with: its status (none when it got no answer) and body.
 struct Answer {
-    outcome: String,
-    reply: Reply,
+    status: Option<StatusCode>,
+    body: Bytes,
+}
+
+impl Answer {
+    /// The body read as a reply; read only when an outcome needs more than the status.
+    fn reply(&self) -> Reply<'_> {
+        serde_json::from_slice(&self.body).unwrap_or_default()
+    }
+
+    /// `accepted` (202), `ok`, the server's error code, `http_NNN`, or why there was no answer.
+    fn outcome(&self, failure: Option<Failure>) -> Cow<'_, str> {
+        let Some(status) = self.status else {
+            return Cow::Borrowed(match failure {
+                Some(Failure::Timeout) => "timeout",
+                _ => "connection_error",
+            });
+        };
+        match status.as_u16() {
+            202 => Cow::Borrowed("accepted"),
+            200..=299 => Cow::Borrowed("ok"),
+            other => match self.reply().error {
+                Some(error) => error.code,
+                None => Cow::Owned(format!("http_{other}")),
+            },
+        }
+    }
 }
 
 /// One slot's connection and tallies.
@@ -279,28 +331,26 @@ impl Crowd {
         token: Option<(&HeaderValue, Bytes)>,
     ) -> Answer {
         let started = Instant::now();
-        let answer = match slot.connection.send(method, path, token).await {
-            Ok((status, body)) => {
-                let reply: Reply = serde_json::from_slice(&body).unwrap_or_default();
-                let outcome = match (status.as_u16(), &reply.error) {
-                    (202, _) => "accepted".to_owned(),
-                    (200..=299, _) => "ok".to_owned(),
-                    (_, Some(error)) => error.code.clone(),
-                    (other, None) => format!("http_{other}"),
-                };
-                Answer { outcome, reply }
-            }
-            Err(failure) => Answer {
-                outcome: match failure {
-                    Failure::Timeout => "timeout",
-                    Failure::Connection => "connection_error",
-                }
-                .to_owned(),
-                reply: Reply::default(),
-            },
+        let (answer, failure) = match slot.connection.send(method, path, token).await {
+            Ok((status, body)) => (
+                Answer {
+                    status: Some(status),
+                    body,
+                },
+                None,
+            ),
+            Err(failure) => (
+                Answer {
+                    status: None,
+                    body: Bytes::new(),
+                },
+                Some(failure),
+            ),
         };
-        slot.tally.record(kind, started.elapsed(), &answer.outcome);
-        self.live.count(&answer.outcome);
+        let took = started.elapsed();
+        let outcome = answer.outcome(failure);
+        slot.tally.record(kind, took, &outcome);
+        self.live.count(&outcome);
         answer
     }
 
@@ -310,7 +360,10 @@ impl Crowd {
         let answer = self
             .send(slot, "buy", Method::POST, "/api/v1/orders", body)
             .await;
-        let order = answer.reply.order_id?.parse().ok()?;
+        if answer.status != Some(StatusCode::ACCEPTED) {
+            return None;
+        }
+        let order = answer.reply().order_id?.parse().ok()?;
         let accepted = Accepted { order, units: 1 };
         slot.tally.accepted.push(accepted.clone());
         Some(accepted)
@@ -342,7 +395,7 @@ impl Crowd {
                 Some((shopper, Bytes::new())),
             )
             .await;
-        if action == "cancel" && answer.reply.status.as_deref() == Some("cancelled") {
+        if action == "cancel" && answer.reply().status.as_deref() == Some("cancelled") {
             slot.tally.cancelled.push(order);
         }
     }
