@@ -236,50 +236,56 @@ async fn show_progress(crowd: Arc<Crowd>, started: Instant) {
     }
 }
 
-/// The parts of an answer the crowd looks at, borrowed from its body.
+/// The parts of an answer the crowd looks at, borrowed from its body (ids, statuses and error
+/// codes never hold escapes).
 #[derive(Default, Deserialize)]
 struct Reply<'a> {
-    #[serde(borrow)]
-    order_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    status: Option<Cow<'a, str>>,
+    order_id: Option<&'a str>,
+    status: Option<&'a str>,
     #[serde(borrow)]
     error: Option<ErrorReply<'a>>,
 }
 
-#[derive(Default, Deserialize)]
+#[derive(Deserialize)]
 struct ErrorReply<'a> {
-    #[serde(borrow)]
-    code: Cow<'a, str>,
+    code: &'a str,
 }
 
-/// What one request came back with: its status (none when it got no answer) and body.
-struct Answer {
-    status: Option<StatusCode>,
-    body: Bytes,
-}
+/// What one request came back with: its status and body, or why there was none.
+struct Answer(Result<(StatusCode, Bytes), Failure>);
 
 impl Answer {
-    /// The body read as a reply; read only when an outcome needs more than the status.
+    /// The body read as a reply (an empty one when there was no answer). Read only when the
+    /// status does not say enough.
     fn reply(&self) -> Reply<'_> {
-        serde_json::from_slice(&self.body).unwrap_or_default()
+        match &self.0 {
+            Ok((_, body)) => serde_json::from_slice(body).unwrap_or_default(),
+            Err(_) => Reply::default(),
+        }
     }
 
     /// `accepted` (202), `ok`, the server's error code, `http_NNN`, or why there was no answer.
-    fn outcome(&self, failure: Option<Failure>) -> Cow<'_, str> {
-        let Some(status) = self.status else {
-            return Cow::Borrowed(match failure {
-                Some(Failure::Timeout) => "timeout",
-                _ => "connection_error",
-            });
+    fn outcome(&self) -> Cow<'_, str> {
+        let status = match &self.0 {
+            Ok((status, _)) => status.as_u16(),
+            Err(Failure::Timeout) => return Cow::Borrowed("timeout"),
+            Err(Failure::Connection) => return Cow::Borrowed("connection_error"),
         };
-        match status.as_u16() {
+        match status {
             202 => Cow::Borrowed("accepted"),
             200..=299 => Cow::Borrowed("ok"),
             other => match self.reply().error {
-                Some(error) => error.code,
+                Some(error) => Cow::Borrowed(error.code),
                 None => Cow::Owned(format!("http_{other}")),
             },
+        }
+    }
+
+    /// The order a buy's `202` names (a buy that was not accepted names none).
+    fn accepted_order(&self) -> Option<i64> {
+        match &self.0 {
+            Ok((StatusCode::ACCEPTED, _)) => self.reply().order_id?.parse().ok(),
+            _ => None,
         }
     }
 }
@@ -331,24 +337,9 @@ impl Crowd {
         token: Option<(&HeaderValue, Bytes)>,
     ) -> Answer {
         let started = Instant::now();
-        let (answer, failure) = match slot.connection.send(method, path, token).await {
-            Ok((status, body)) => (
-                Answer {
-                    status: Some(status),
-                    body,
-                },
-                None,
-            ),
-            Err(failure) => (
-                Answer {
-                    status: None,
-                    body: Bytes::new(),
-                },
-                Some(failure),
-            ),
-        };
+        let answer = Answer(slot.connection.send(method, path, token).await);
         let took = started.elapsed();
-        let outcome = answer.outcome(failure);
+        let outcome = answer.outcome();
         slot.tally.record(kind, took, &outcome);
         self.live.count(&outcome);
         answer
@@ -360,10 +351,7 @@ impl Crowd {
         let answer = self
             .send(slot, "buy", Method::POST, "/api/v1/orders", body)
             .await;
-        if answer.status != Some(StatusCode::ACCEPTED) {
-            return None;
-        }
-        let order = answer.reply().order_id?.parse().ok()?;
+        let order = answer.accepted_order()?;
         let accepted = Accepted { order, units: 1 };
         slot.tally.accepted.push(accepted.clone());
         Some(accepted)
@@ -395,7 +383,7 @@ impl Crowd {
                 Some((shopper, Bytes::new())),
             )
             .await;
-        if action == "cancel" && answer.reply().status.as_deref() == Some("cancelled") {
+        if action == "cancel" && answer.reply().status == Some("cancelled") {
             slot.tally.cancelled.push(order);
         }
     }

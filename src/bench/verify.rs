@@ -99,10 +99,12 @@ pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Ch
     ])
 }
 
-/// Each buyer's units in stored orders, once their total stops changing (or reaches
-/// `expected`).
+/// Each buyer's units in stored orders, once their total reaches `expected`, or once it has
+/// stopped changing for 5 s after it began to. Until the first order is stored the wait lasts
+/// up to [`DRAIN_TIMEOUT`]: the workers may start only when the crowd has stopped.
 async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<Vec<(UserId, u32)>> {
     let deadline = Instant::now() + DRAIN_TIMEOUT;
+    let mut first = None;
     let mut last = (i64::MIN, Instant::now());
     loop {
         let holdings = sale.store.holdings(sale.product).await?;
@@ -110,9 +112,10 @@ async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<Vec<(UserI
         if sold == expected || Instant::now() >= deadline {
             return Ok(holdings);
         }
+        let moving = *first.get_or_insert(sold) != sold;
         if sold != last.0 {
             last = (sold, Instant::now());
-        } else if last.1.elapsed() >= Duration::from_secs(5) {
+        } else if moving && last.1.elapsed() >= Duration::from_secs(5) {
             return Ok(holdings);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
