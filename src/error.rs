@@ -180,7 +180,9 @@ impl From<PathRejection> for ApiError {
     }
 }
 
-/// `axum::Json` whose rejections use [`ApiError`], so bad JSON gets the app's error shape.
+/// A JSON body in, a JSON answer out: `axum::Json` in what it accepts and how it words its
+/// rejections, which become [`ApiError`]s so bad JSON gets the app's error shape, but cheaper
+/// on the buy path (see the two impls).
 pub struct AppJson<T>(pub T);
 
 /// A body sent as plain `application/json` is parsed straight with `serde_json`; anything
@@ -215,14 +217,14 @@ impl<T: Serialize> IntoResponse for AppJson<T> {
     fn into_response(self) -> Response {
         let mut body = Vec::with_capacity(512);
         match serde_json::to_writer(&mut body, &self.0) {
-            Ok(()) => (
-                [(
+            Ok(()) => {
+                let mut response = Response::new(axum::body::Body::from(body));
+                response.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
-                )],
-                body,
-            )
-                .into_response(),
+                );
+                response
+            }
             // An error body is two strings and always serializes, so this cannot recurse.
             Err(e) => ApiError::Internal(e.into()).into_response(),
         }

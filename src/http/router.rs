@@ -26,6 +26,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/static/{*path}", get(assets::serve))
         .route("/healthz", get(healthz))
         .fallback(no_route)
+        // Applies to the routes above only: add new routes before it.
         .method_not_allowed_fallback(wrong_method)
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes))

@@ -35,6 +35,13 @@ async fn malformed_wrong_or_out_of_range_buys_are_refused_and_change_nothing() {
             "malformed_json",
         ),
         (json, "not json at all".into(), 400, "malformed_json"),
+        (json, String::new(), 400, "malformed_json"),
+        (
+            json,
+            format!("{{\"product_id\": {product}, \"quantity\": 1}} and more"),
+            400,
+            "malformed_json",
+        ),
         (
             json,
             format!("{{\"product_id\": \"{product}\", \"quantity\": 1}}"),
