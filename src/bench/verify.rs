@@ -105,6 +105,7 @@ pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Ch
 async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<Vec<(UserId, u32)>> {
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     let mut first = None;
+    let mut moved = false;
     let mut last = (i64::MIN, Instant::now());
     loop {
         let holdings = sale.store.holdings(sale.product).await?;
@@ -112,10 +113,10 @@ async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<Vec<(UserI
         if sold == expected || Instant::now() >= deadline {
             return Ok(holdings);
         }
-        let moving = *first.get_or_insert(sold) != sold;
+        moved |= *first.get_or_insert(sold) != sold;
         if sold != last.0 {
             last = (sold, Instant::now());
-        } else if moving && last.1.elapsed() >= Duration::from_secs(5) {
+        } else if moved && last.1.elapsed() >= Duration::from_secs(5) {
             return Ok(holdings);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
