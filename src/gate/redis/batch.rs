@@ -17,10 +17,15 @@ use tokio::sync::{mpsc, oneshot};
 /// at a time) and its argument list.
 const MAX_BUYS: usize = 128;
 
-/// A buy waiting for its batch, with where its answer goes.
+/// A buy waiting for its batch: the script's five arguments for it, and where its answer goes.
+/// The order is encoded by its buyer's own task, not by the product's one batch task, which
+/// every buy of the product passes through.
 struct Pending {
-    order: Order,
+    user: i64,
+    units: u32,
     now: Millis,
+    encoded: String,
+    id: i64,
     answer: oneshot::Sender<Result<i64, GateError>>,
 }
 
@@ -49,8 +54,11 @@ impl ReserveBatches {
     pub async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
         let (answer, answered) = oneshot::channel();
         let pending = Pending {
-            order: order.clone(),
+            user: order.user_id.0,
+            units: order.quantity.get(),
             now,
+            encoded: order.encode(),
+            id: order.id.0,
             answer,
         };
         let stopped = || GateError::Unavailable(anyhow::anyhow!("the stock gate is shutting down"));
@@ -101,12 +109,11 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, batch: Vec<Pending>) 
     let mut call = RESERVE.key(&keys.sale);
     call.key(&keys.buyers).key(&keys.outbox).key(&keys.taken);
     for pending in &batch {
-        let order = &pending.order;
-        call.arg(order.user_id.0)
-            .arg(order.quantity.get())
+        call.arg(pending.user)
+            .arg(pending.units)
             .arg(pending.now)
-            .arg(order.encode())
-            .arg(order.id.0);
+            .arg(&pending.encoded)
+            .arg(pending.id);
     }
     let answers: Result<Vec<i64>, redis::RedisError> = call.invoke_async(redis).await;
     let expected = 2 * batch.len();
