@@ -93,7 +93,9 @@ impl Worker {
             sink,
             max_batch: parts.max_batch,
         };
-        tasks.push(tokio::spawn(drain.run(stopped)));
+        for _ in 0..Drain::LOOPS {
+            tasks.push(tokio::spawn(drain.clone().run(stopped.clone())));
+        }
         Ok(Self { stop, tasks })
     }
 
