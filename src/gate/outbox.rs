@@ -150,12 +150,14 @@ impl Outbox {
         Ok(())
     }
 
-    /// Moves an entry no worker can ever store to the product's dead stream, with the reason,
-    /// for an operator to look at (`seckill reconcile` counts them).
+    /// Moves an entry no worker can ever store (its id, and its message as the buy script
+    /// stored it) to the product's dead stream, with the reason, for an operator to look at
+    /// (`seckill reconcile` counts them).
     pub async fn bury(
         &self,
         product: ProductId,
-        entry: &OutboxEntry,
+        entry: &str,
+        raw: &[u8],
         reason: &str,
     ) -> anyhow::Result<()> {
         let keys = Keys::of(&self.prefix, product);
@@ -163,8 +165,8 @@ impl Outbox {
             .key(keys.outbox)
             .key(keys.dead)
             .arg(GROUP)
-            .arg(&entry.id)
-            .arg(&entry.raw)
+            .arg(entry)
+            .arg(raw)
             .arg(reason)
             .invoke_async(&mut self.redis.clone())
             .await
@@ -175,18 +177,19 @@ impl Outbox {
 
 /// The order an outbox entry holds.
 pub(super) fn order_of(entry: &StreamId) -> Result<Order, MalformedOrder> {
-    Order::decode(&raw_order(entry))
-}
-
-fn raw_order(entry: &StreamId) -> Vec<u8> {
     match entry.map.get("order") {
-        Some(Value::BulkString(bytes)) => bytes.clone(),
-        _ => Vec::new(),
+        Some(Value::BulkString(bytes)) => Order::decode(bytes),
+        _ => Order::decode(&[]),
     }
 }
 
-fn entry(id: StreamId) -> OutboxEntry {
-    let raw = raw_order(&id);
+/// The entry with its message moved out of the reply rather than copied: a worker reads
+/// hundreds of entries a batch.
+fn entry(mut id: StreamId) -> OutboxEntry {
+    let raw = match id.map.remove("order") {
+        Some(Value::BulkString(bytes)) => bytes,
+        _ => Vec::new(),
+    };
     OutboxEntry {
         order: Order::decode(&raw),
         raw,

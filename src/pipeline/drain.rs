@@ -32,9 +32,10 @@ pub trait Sink: Send + Sync + 'static {
     /// stays in the outbox, counted as in flight, until the worker that stores it deletes it).
     fn stores(&self) -> bool;
 
-    /// Hands on a batch of one product's orders, each with its outbox entry id, and says what
-    /// became of each, in order. An error leaves the whole batch pending, to be tried again.
-    async fn put(&self, batch: &[(String, Order)]) -> anyhow::Result<Vec<Fate>>;
+    /// Hands on a batch of one product's orders, each with its outbox entry id (`entries[i]`
+    /// holds `orders[i]`), and says what became of each, in order. An error leaves the whole
+    /// batch pending, to be tried again.
+    async fn put(&self, entries: &[String], orders: &[Order]) -> anyhow::Result<Vec<Fate>>;
 }
 
 /// Stores orders straight into the database (no RabbitMQ).
@@ -46,9 +47,8 @@ impl Sink for StoreSink {
         true
     }
 
-    async fn put(&self, batch: &[(String, Order)]) -> anyhow::Result<Vec<Fate>> {
-        let orders: Vec<Order> = batch.iter().map(|(_, order)| order.clone()).collect();
-        store_batch(&*self.0, &orders).await
+    async fn put(&self, _entries: &[String], orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
+        store_batch(&*self.0, orders).await
     }
 }
 
@@ -164,39 +164,41 @@ impl Drain {
     }
 
     async fn deliver(&self, product: ProductId, entries: Vec<OutboxEntry>) -> anyhow::Result<()> {
-        let mut batch = Vec::with_capacity(entries.len());
-        let mut raw = Vec::with_capacity(entries.len());
+        // The readable entries, split into columns: the sink takes the orders as one slice.
+        let mut ids = Vec::with_capacity(entries.len());
+        let mut raws = Vec::with_capacity(entries.len());
+        let mut orders = Vec::with_capacity(entries.len());
         for entry in entries {
-            match &entry.order {
+            match entry.order {
                 Ok(order) => {
-                    batch.push((entry.id.clone(), order.clone()));
-                    raw.push(entry);
+                    ids.push(entry.id);
+                    raws.push(entry.raw);
+                    orders.push(order);
                 }
                 Err(e) => {
                     tracing::error!(entry = entry.id, error = %e, "unreadable outbox entry");
-                    self.outbox.bury(product, &entry, &e.to_string()).await?;
+                    let reason = e.to_string();
+                    self.outbox
+                        .bury(product, &entry.id, &entry.raw, &reason)
+                        .await?;
                 }
             }
         }
-        if batch.is_empty() {
+        if orders.is_empty() {
             return Ok(());
         }
-        let fates = self.sink.put(&batch).await?;
+        let fates = self.sink.put(&ids, &orders).await?;
         ensure!(
-            fates.len() == batch.len(),
+            fates.len() == orders.len(),
             "the sink lost track of its batch"
         );
-        let mut safe = Vec::with_capacity(batch.len());
-        for (entry, fate) in raw.iter().zip(fates) {
+        let mut safe = Vec::with_capacity(orders.len());
+        for ((id, raw), fate) in ids.iter().zip(&raws).zip(fates) {
             match fate {
-                Fate::Safe => safe.push(entry.id.as_str()),
+                Fate::Safe => safe.push(id.as_str()),
                 Fate::Dead(reason) => {
-                    tracing::error!(
-                        entry = entry.id,
-                        reason,
-                        "an accepted order cannot be stored"
-                    );
-                    self.outbox.bury(product, entry, &reason).await?;
+                    tracing::error!(entry = id, reason, "an accepted order cannot be stored");
+                    self.outbox.bury(product, id, raw, &reason).await?;
                 }
             }
         }

@@ -18,9 +18,10 @@ impl Sink for Relay {
         false
     }
 
-    async fn put(&self, batch: &[(String, Order)]) -> anyhow::Result<Vec<Fate>> {
-        let messages: Vec<Message> = batch
+    async fn put(&self, entries: &[String], orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
+        let messages: Vec<Message> = entries
             .iter()
+            .zip(orders)
             .map(|(entry, order)| Message {
                 id: order.id.to_string(),
                 body: order.encode().into_bytes(),
@@ -28,6 +29,6 @@ impl Sink for Relay {
             })
             .collect();
         self.0.publish(NEW, &messages).await?;
-        Ok(vec![Fate::Safe; batch.len()])
+        Ok(vec![Fate::Safe; orders.len()])
     }
 }
