@@ -1,5 +1,6 @@
 //! The cluster pipeline's own promises: orders waiting in the outbox count when the gate is
-//! rebuilt, and RabbitMQ's delay queue cancels an unpaid order by itself.
+//! rebuilt, an entry no worker can read is set aside without holding up the others, and
+//! RabbitMQ's delay queue cancels an unpaid order by itself.
 
 use crate::backend::TestDatabase;
 use crate::helpers::{TestApp, code};
@@ -127,6 +128,56 @@ async fn an_order_still_in_the_outbox_is_pending_not_missing() {
         (status, body["status"].as_str()),
         (StatusCode::OK, Some("awaiting_payment"))
     );
+}
+
+#[tokio::test]
+async fn an_unreadable_outbox_entry_is_set_aside_and_the_orders_around_it_are_stored() {
+    let stalled = Stalled::new(TestDatabase::fresh().await, false);
+    let app = stalled.spawn(false).await;
+    let product = app.live_product(5, 1).await;
+    let tokens = app.users(2).await;
+    let key = |stream: &str| format!("{}{{p:{product}}}:{stream}", stalled.prefix);
+    let mut redis = redis().await;
+    assert_eq!(
+        app.buy(&tokens[0], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+    let _: String = redis::cmd("XADD")
+        .arg(key("outbox"))
+        .arg("*")
+        .arg("order")
+        .arg("not an order")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.buy(&tokens[1], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+
+    let worker = stalled.spawn(true).await;
+    assert_eq!(worker.stored(product).await, (2, 2, 3));
+    let outbox: i64 = redis::cmd("XLEN")
+        .arg(key("outbox"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(outbox, 0, "nothing is left pending");
+    let dead: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(key("dead"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let [entry] = &dead.ids[..] else {
+        panic!("one dead entry expected: {:?}", dead.ids);
+    };
+    assert_eq!(
+        entry.get::<String>("order").as_deref(),
+        Some("not an order")
+    );
+    assert!(entry.get::<String>("reason").is_some_and(|r| !r.is_empty()));
 }
 
 #[tokio::test]
