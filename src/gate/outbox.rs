@@ -176,11 +176,8 @@ impl Outbox {
 }
 
 /// The order an outbox entry holds.
-pub(super) fn order_of(entry: &StreamId) -> Result<Order, MalformedOrder> {
-    match entry.map.get("order") {
-        Some(Value::BulkString(bytes)) => Order::decode(bytes),
-        _ => Order::decode(&[]),
-    }
+pub(super) fn order_of(id: StreamId) -> Result<Order, MalformedOrder> {
+    entry(id).order
 }
 
 /// The entry with its message moved out of the reply rather than copied: a worker reads

@@ -223,7 +223,7 @@ impl StockGate for RedisGate {
             .ids;
         // An unreadable entry is no order the gate sold: the drain buries it.
         Ok(entries
-            .iter()
+            .into_iter()
             .filter_map(|entry| super::outbox::order_of(entry).ok())
             .collect())
     }
