@@ -14,8 +14,14 @@ use async_trait::async_trait;
 
 /// A database failure. Always the server's problem, never the client's.
 #[derive(Debug, thiserror::Error)]
-#[error("database: {0}")]
-pub struct StoreError(#[from] pub sqlx::Error);
+pub enum StoreError {
+    /// Through sqlx: every statement on a database server, and all but order batches on SQLite.
+    #[error("database: {0}")]
+    Sql(#[from] sqlx::Error),
+    /// Through SQLite's own API: order batches in embedded mode (see `sql::SqliteOrders`).
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
 
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;

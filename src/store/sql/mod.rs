@@ -4,12 +4,14 @@
 
 mod dialect;
 mod rows;
+mod sqlite_orders;
 mod wal_flush;
 
 pub use dialect::Dialect;
+pub use sqlite_orders::SqliteOrders;
 pub use wal_flush::WalFlush;
 
-use super::{NewProduct, Persisted, ProductPatch, Store, StoreResult, UserRecord};
+use super::{NewProduct, Persisted, ProductPatch, Store, StoreError, StoreResult, UserRecord};
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
@@ -23,19 +25,23 @@ use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, Row};
 use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
+use tokio::runtime::RuntimeFlavor;
 
 /// The SQL [`Store`].
 pub struct SqlStore {
     /// Reads, and writes too on a database server.
     pool: AnyPool,
-    /// Writes. On SQLite one connection that is never shared: the file has a single writer
-    /// anyway, and a connection that alone writes keeps its page cache and prepared statements
-    /// warm; writers taking turns on pooled connections made each one re-read the pages the
-    /// previous one had changed, and re-prepare the batch inserts.
+    /// Writes. On SQLite one connection that is never shared, for every write but order
+    /// batches: the file has a single writer anyway, and a connection that alone writes keeps
+    /// its page cache and prepared statements warm; writers taking turns on pooled connections
+    /// made each one re-read the pages the previous one had changed.
     writer: AnyPool,
     /// SQLite's writer commits without syncing its log; every write waits here until the log
     /// is on disk. `None` on a database server, which syncs its own commits.
     flush: Option<WalFlush>,
+    /// SQLite's order batches, which bypass sqlx (see [`SqliteOrders`]). `None` on a database
+    /// server.
+    sqlite_orders: Option<SqliteOrders>,
     dialect: Dialect,
     sql: Statements,
 }
@@ -165,7 +171,7 @@ where
     let mut tries = 0;
     loop {
         match attempt().await {
-            Err(e) if tries < CONFLICT_RETRIES && is_conflict(&e.0) => {
+            Err(StoreError::Sql(e)) if tries < CONFLICT_RETRIES && is_conflict(&e) => {
                 tries += 1;
                 tracing::warn!(error = %e, tries, "transaction conflict: retrying");
                 tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
@@ -187,6 +193,16 @@ fn is_conflict(e: &sqlx::Error) -> bool {
         db.code().as_deref(),
         Some("40001" | "40P01" | "5" | "261" | "517" | "23505" | "23000" | "1555" | "2067")
     )
+}
+
+/// Runs a blocking call from async code on the thread it is on, with no hop to another: in
+/// place on a current-thread runtime (the order writer's own thread, which exists for this),
+/// through `block_in_place` on a multi-threaded one, so the worker's other tasks move on.
+fn in_place<T>(blocking: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|runtime| runtime.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(blocking),
+        _ => blocking(),
+    }
 }
 
 fn query(sql: &Arc<str>) -> AnyQuery<'static> {
@@ -212,22 +228,27 @@ impl SqlStore {
             .pool_options(max_connections.unwrap_or(dialect.pool_size()))
             .connect(&driver_url)
             .await?;
-        let (writer, flush) = if dialect == Dialect::Sqlite {
-            let file = SqliteConnectOptions::from_str(&driver_url)?
-                .get_filename()
-                .to_owned();
+        dialect.migrator().run(&pool).await?;
+        let (writer, flush, sqlite_orders) = if dialect == Dialect::Sqlite {
+            let options = SqliteConnectOptions::from_str(&driver_url)?;
+            anyhow::ensure!(
+                !url.contains(":memory:") && !url.contains("mode=memory"),
+                "an in-memory SQLite database cannot keep accepted orders; give a file"
+            );
+            let file = options.get_filename().to_owned();
             let writer = Dialect::sqlite_writer_options()
                 .connect(&driver_url)
                 .await?;
-            (writer, Some(WalFlush::new(file)))
+            let orders = SqliteOrders::open(&file)?;
+            (writer, Some(WalFlush::new(file)), Some(orders))
         } else {
-            (pool.clone(), None)
+            (pool.clone(), None, None)
         };
-        dialect.migrator().run(&pool).await?;
         Ok(Self {
             pool,
             writer,
             flush,
+            sqlite_orders,
             dialect,
             sql: Statements::new(dialect),
         })
@@ -266,7 +287,9 @@ impl SqlStore {
         }
     }
 
-    /// One batch, in one transaction, with a handful of statements whatever its size: which
+    /// One batch on a database server, where each statement is a round trip (SQLite's go
+    /// through [`SqliteOrders`]), in one transaction, with a handful of statements whatever
+    /// its size: which
     /// ids are stored already (redeliveries), one guarded stock update per product for all of
     /// its new orders (order by order only when a product cannot cover the whole batch), then
     /// multi-row inserts. A concurrent writer storing one of these ids first makes an insert
@@ -590,7 +613,10 @@ impl Store for SqlStore {
     }
 
     async fn insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
-        let outcomes = retry_conflicts(|| self.try_insert_orders(orders)).await?;
+        let outcomes = match &self.sqlite_orders {
+            Some(sqlite) => in_place(|| sqlite.insert(orders))?,
+            None => retry_conflicts(|| self.try_insert_orders(orders)).await?,
+        };
         self.durable().await?;
         Ok(outcomes)
     }
