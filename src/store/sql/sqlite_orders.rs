@@ -90,7 +90,64 @@ impl SqliteOrders {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::domain::{OrderId, OrderStatus};
+    use crate::store::Store;
     use crate::store::sql::SqlStore;
+    use rusqlite::params_from_iter;
+    use rusqlite::types::Null;
+
+    const INSERT_PARAMETERS: usize = 10;
+
+    /// A database made before the status check was rewritten (migration 2 makes the orders
+    /// table anew) keeps its orders, still refuses an unknown status, and no longer builds a
+    /// temporary index for each order it stores.
+    #[tokio::test]
+    async fn an_older_database_keeps_its_orders_and_its_status_rule_without_a_temporary_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("shop.db");
+        let first = dir.path().join("first");
+        std::fs::create_dir(&first).unwrap();
+        std::fs::write(
+            first.join("0001_initial.sql"),
+            include_str!("../../../migrations/sqlite/0001_initial.sql"),
+        )
+        .unwrap();
+        let url = format!("sqlite://{}?mode=rwc", file.display());
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let migrator = sqlx::migrate::Migrator::new(first.as_path()).await.unwrap();
+        migrator.run(&pool).await.unwrap();
+        sqlx::query(
+            "INSERT INTO orders (id, user_id, product_id, product_name, unit_price_cents, \
+             quantity, total_cents, status, created_at, pay_before, paid_at) \
+             VALUES (7, 1, 1, 'Kettle', 100, 1, 100, 'paid', 1, 2, 2)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+
+        let store = SqlStore::connect(&url, None).await.unwrap();
+        let kept = store.order(OrderId(7)).await.unwrap().unwrap();
+        assert_eq!((kept.status, kept.paid_at), (OrderStatus::Paid, Some(2)));
+
+        let conn = Connection::open(&file).unwrap();
+        let unknown = conn.execute("UPDATE orders SET status = 'lost' WHERE id = 7", []);
+        assert!(unknown.is_err(), "an unknown status was stored");
+        let mut plan = conn.prepare(&format!("EXPLAIN {INSERT}")).unwrap();
+        let opcodes: Vec<String> = plan
+            .query_map(params_from_iter(vec![Null; INSERT_PARAMETERS]), |row| {
+                row.get(1)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(opcodes.iter().any(|op| op == "Insert"));
+        assert!(
+            !opcodes.iter().any(|op| op == "OpenEphemeral"),
+            "{opcodes:?}"
+        );
+    }
 
     #[tokio::test]
     async fn an_in_memory_database_is_refused() {
