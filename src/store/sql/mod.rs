@@ -153,7 +153,7 @@ type AnyQuery<'q> = Query<'q, Any, AnyArguments>;
 const INSERT_ROWS: usize = 500;
 
 /// Units of an order, as the database counts them.
-fn units_of(order: &Order) -> i64 {
+pub(super) fn units_of(order: &Order) -> i64 {
     i64::from(order.quantity.get())
 }
 

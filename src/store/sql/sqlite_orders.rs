@@ -6,9 +6,11 @@
 //! spent more time switching than SQLite spent storing. Here a batch is one call that runs
 //! its statements in place, each prepared once and kept.
 
-use crate::domain::Order;
+use super::units_of;
+use crate::domain::{Order, ProductId};
 use crate::store::Persisted;
-use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -47,45 +49,80 @@ impl SqliteOrders {
         })
     }
 
-    /// Writes a batch in one transaction, order by order: each is inserted unless its id is
-    /// stored, then takes its units with a guarded decrement, and is removed again when the
-    /// product has too few. Taking the write lock first (`IMMEDIATE`) means a batch never
-    /// fails halfway for a writer that came between its reads and its writes.
+    /// Writes a batch in one transaction: each order is inserted unless its id is stored, then
+    /// each product's new orders take their units in one guarded decrement (one per order
+    /// cost about a twentieth of an embedded buy). Taking the write lock first (`IMMEDIATE`)
+    /// means a batch never fails halfway for a writer that came between its reads and its
+    /// writes.
     pub fn insert(&self, orders: &[Order]) -> rusqlite::Result<Vec<Persisted>> {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut outcomes = Vec::with_capacity(orders.len());
-        {
-            let mut insert = tx.prepare_cached(INSERT)?;
-            let mut take_stock = tx.prepare_cached(TAKE_STOCK)?;
-            let mut remove = tx.prepare_cached(REMOVE)?;
-            for o in orders {
-                let units = i64::from(o.quantity.get());
-                let inserted = insert.execute(params![
-                    o.id.0,
-                    o.user_id.0,
-                    o.product_id.0,
-                    o.product_name,
-                    o.unit_price.cents(),
-                    units,
-                    o.total.cents(),
-                    o.status.as_str(),
-                    o.created_at,
-                    o.pay_before,
-                ])?;
-                outcomes.push(if inserted == 0 {
-                    Persisted::Duplicate
-                } else if take_stock.execute(params![units, o.product_id.0, units])? == 1 {
-                    Persisted::Inserted
-                } else {
-                    remove.execute([o.id.0])?;
-                    Persisted::OutOfStock
-                });
-            }
-        }
+        let new = insert_new(&tx, orders)?;
+        let outcomes = take_units(&tx, orders, new)?;
         tx.commit()?;
         Ok(outcomes)
     }
+}
+
+/// Inserts each order whose id is not stored yet; where the new ones are in `orders`, by
+/// product.
+fn insert_new(
+    tx: &Transaction<'_>,
+    orders: &[Order],
+) -> rusqlite::Result<BTreeMap<ProductId, Vec<usize>>> {
+    let mut insert = tx.prepare_cached(INSERT)?;
+    let mut new: BTreeMap<ProductId, Vec<usize>> = BTreeMap::new();
+    for (i, o) in orders.iter().enumerate() {
+        let inserted = insert.execute(params![
+            o.id.0,
+            o.user_id.0,
+            o.product_id.0,
+            o.product_name,
+            o.unit_price.cents(),
+            units_of(o),
+            o.total.cents(),
+            o.status.as_str(),
+            o.created_at,
+            o.pay_before,
+        ])?;
+        if inserted == 1 {
+            new.entry(o.product_id).or_default().push(i);
+        }
+    }
+    Ok(new)
+}
+
+/// Takes the units of the `new` orders from their products' stock: all of a product's at once,
+/// or order by order when it has too few for all, removing each order that finds none left.
+/// Every order's outcome (those not new are duplicates).
+fn take_units(
+    tx: &Transaction<'_>,
+    orders: &[Order],
+    new: BTreeMap<ProductId, Vec<usize>>,
+) -> rusqlite::Result<Vec<Persisted>> {
+    let mut take_stock = tx.prepare_cached(TAKE_STOCK)?;
+    let mut take = |product: ProductId, units: i64| {
+        let taken = take_stock.execute(params![units, product.0, units])?;
+        Ok::<_, rusqlite::Error>(taken == 1)
+    };
+    let mut outcomes = vec![Persisted::Duplicate; orders.len()];
+    for (product, batch) in new {
+        if take(product, batch.iter().map(|&i| units_of(&orders[i])).sum())? {
+            for i in batch {
+                outcomes[i] = Persisted::Inserted;
+            }
+            continue;
+        }
+        for i in batch {
+            outcomes[i] = if take(product, units_of(&orders[i]))? {
+                Persisted::Inserted
+            } else {
+                tx.prepare_cached(REMOVE)?.execute([orders[i].id.0])?;
+                Persisted::OutOfStock
+            };
+        }
+    }
+    Ok(outcomes)
 }
 
 #[cfg(test)]
