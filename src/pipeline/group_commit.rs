@@ -2,8 +2,9 @@
 //! takes every order waiting in its queue (up to `max_batch`), writes them all in a single
 //! transaction, and only then answers each buyer. Under load, hundreds of buys share one
 //! commit and one fsync; with no load, a lone buy is committed at once without waiting to fill
-//! a batch. A few batches are in flight at once, so the next one is written while the disk
-//! syncs the last.
+//! a batch. A few batches are in flight at once, so on a database server the next one is
+//! written while the last commits. (On SQLite the writer's thread also syncs the log, and the
+//! buys that arrive meanwhile make the next batch: see `WalFlush`.)
 
 use crate::domain::Order;
 use crate::store::{Persisted, Store};
@@ -61,8 +62,8 @@ impl GroupCommit {
     }
 }
 
-/// Batches in flight at once: one being written while those before it wait for the disk
-/// (see `WalFlush`; a database server also runs them side by side).
+/// Batches in flight at once: one being written while those before it commit, on a database
+/// server, which runs them side by side.
 const BATCHES_IN_FLIGHT: u32 = 2;
 
 async fn write_batches(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>, max_batch: usize) {

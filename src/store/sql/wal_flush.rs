@@ -1,13 +1,17 @@
 //! Group fsync of SQLite's write-ahead log, outside the write lock.
 //!
 //! With `synchronous = FULL`, SQLite syncs the log inside `COMMIT`, while it holds the file's
-//! only write lock: the next batch of orders could not even begin until the disk had answered,
-//! so the order writer spent most of its time waiting for the disk. The writer connection
-//! therefore commits with `synchronous = NORMAL` (the log is written, not synced), and every
-//! write then waits here until a sync that began after its commit has finished. One sync
-//! covers every commit before it, and the next batch is written while the disk works. A
-//! commit is answered only once its log frames are on disk, as before: a `202` still
-//! survives power loss.
+//! only write lock, so no other write could begin until the disk had answered. The writer
+//! connections therefore commit with `synchronous = NORMAL` (the log is written, not synced),
+//! and every write then waits here until a sync that began after its commit has finished. One
+//! sync covers every commit before it, from both connections. A commit is answered only once
+//! its log frames are on disk, as before: a `202` still survives power loss.
+//!
+//! The sync runs on the caller's thread. For order batches that is the order writer's own
+//! thread, so the buys that arrive during a sync make the next batch. Handing each sync to a
+//! thread of the blocking pool let the writer store the next batch meanwhile, but the switches
+//! cost more than that won: over eight alternated pairs of embedded buys, 28.2 µs of server CPU
+//! per buy with the hand-off against 26.4 µs without.
 //!
 //! Checkpoints need nothing from here: with `NORMAL`, SQLite syncs the log before copying it
 //! into the database file and the database file after. That is also why a missing log file is
@@ -16,12 +20,11 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Syncs one database's write-ahead log on behalf of every writer waiting for it.
 pub struct WalFlush {
-    log: Arc<PathBuf>,
+    log: PathBuf,
     /// Commits that asked for a sync: each takes the next number after it committed.
     requested: AtomicU64,
     /// Every commit numbered up to this is on disk.
@@ -40,7 +43,7 @@ impl WalFlush {
         let mut log = database.into_os_string();
         log.push("-wal");
         Self {
-            log: Arc::new(log.into()),
+            log: log.into(),
             requested: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             turn: tokio::sync::Mutex::new(()),
@@ -58,11 +61,7 @@ impl WalFlush {
         }
         // Every ticket up to here was taken after its commit, so this sync covers them all.
         let covered = self.requested.load(Ordering::SeqCst);
-        let log = Arc::clone(&self.log);
-        let synced = tokio::task::spawn_blocking(move || sync_file(&log))
-            .await
-            .map_err(io::Error::other)
-            .and_then(|synced| synced);
+        let synced = super::in_place(|| sync_file(&self.log));
         if let Err(e) = synced {
             self.failed.store(true, Ordering::SeqCst);
             tracing::error!(error = %e, log = %self.log.display(),
@@ -97,6 +96,7 @@ fn sync_file(path: &std::path::Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn concurrent_writers_share_syncs_and_each_waits_for_one_after_its_ticket() {
