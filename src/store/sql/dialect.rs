@@ -76,10 +76,11 @@ impl Dialect {
         self.pool_with_setup(size, &[])
     }
 
-    /// SQLite's writer: one connection, kept for the life of the process (so its page cache
-    /// and prepared statements stay warm, and the log it writes is never deleted under
-    /// [`super::WalFlush`]), that commits with `synchronous=NORMAL`: it writes the log but
-    /// leaves syncing it to [`super::WalFlush`], after the write lock is free.
+    /// SQLite's writer of everything but order batches: one connection, kept for the life of
+    /// the process (so its page cache and prepared statements stay warm, and the log it writes
+    /// is never deleted under [`super::WalFlush`]), that commits with `synchronous=NORMAL`: it
+    /// writes the log but leaves syncing it to [`super::WalFlush`], after the write lock is
+    /// free.
     pub fn sqlite_writer_options() -> AnyPoolOptions {
         Self::Sqlite
             .pool_with_setup(1, &["PRAGMA synchronous = NORMAL"])

@@ -1,6 +1,7 @@
 //! The [`Store`] for every SQL database: SQLite (embedded), PostgreSQL and MySQL/MariaDB,
-//! through sqlx's `Any` driver. The statements are written once; [`Dialect`] adapts the few
-//! spellings that differ. All values cross as `i64` or text, which every driver supports.
+//! through sqlx's `Any` driver (but SQLite's order batches: see [`SqliteOrders`]). The
+//! statements are written once; [`Dialect`] adapts the few spellings that differ. All values
+//! cross as `i64` or text, which every driver supports.
 
 mod dialect;
 mod rows;
@@ -217,6 +218,11 @@ impl SqlStore {
     pub async fn connect(url: &str, max_connections: Option<u32>) -> anyhow::Result<Self> {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::from_url(url)?;
+        anyhow::ensure!(
+            dialect != Dialect::Sqlite
+                || !(url.contains(":memory:") || url.contains("mode=memory")),
+            "an in-memory SQLite database cannot keep accepted orders; give a file"
+        );
         // A database server without the named database: make it, so a first start needs no
         // manual step. (SQLite files are made by the driver.) Without the rights to, the
         // connection below fails with the server's own reason.
@@ -230,12 +236,9 @@ impl SqlStore {
             .await?;
         dialect.migrator().run(&pool).await?;
         let (writer, flush, sqlite_orders) = if dialect == Dialect::Sqlite {
-            let options = SqliteConnectOptions::from_str(&driver_url)?;
-            anyhow::ensure!(
-                !url.contains(":memory:") && !url.contains("mode=memory"),
-                "an in-memory SQLite database cannot keep accepted orders; give a file"
-            );
-            let file = options.get_filename().to_owned();
+            let file = SqliteConnectOptions::from_str(&driver_url)?
+                .get_filename()
+                .to_owned();
             let writer = Dialect::sqlite_writer_options()
                 .connect(&driver_url)
                 .await?;
@@ -289,10 +292,9 @@ impl SqlStore {
 
     /// One batch on a database server, where each statement is a round trip (SQLite's go
     /// through [`SqliteOrders`]), in one transaction, with a handful of statements whatever
-    /// its size: which
-    /// ids are stored already (redeliveries), one guarded stock update per product for all of
-    /// its new orders (order by order only when a product cannot cover the whole batch), then
-    /// multi-row inserts. A concurrent writer storing one of these ids first makes an insert
+    /// its size: which ids are stored already (redeliveries), one guarded stock update per
+    /// product for all of its new orders (order by order only when a product cannot cover the
+    /// whole batch), then multi-row inserts. A concurrent writer storing one of these ids first makes an insert
     /// fail on the key; the whole batch is then tried again and sees it as stored.
     async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
         let mut tx = self.writer.begin().await?;
