@@ -35,7 +35,8 @@ pub struct SqlStore {
     /// Writes. On SQLite one connection that is never shared, for every write but order
     /// batches: the file has a single writer anyway, and a connection that alone writes keeps
     /// its page cache and prepared statements warm; writers taking turns on pooled connections
-    /// made each one re-read the pages the previous one had changed.
+    /// made each one re-read the pages the previous one had changed. Order batches hold this
+    /// one connection while they write, so the two take turns at the file's write lock.
     writer: AnyPool,
     /// SQLite's writer commits without syncing its log; every write waits here until the log
     /// is on disk. `None` on a database server, which syncs its own commits.

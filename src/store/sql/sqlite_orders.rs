@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-/// How long a batch waits for the file's write lock while another connection writes
-/// (an admin change through sqlx, a second process), as sqlx's connections do.
+/// How long a batch waits for the file's write lock while another process writes, as sqlx's
+/// connections do. (This process's sqlx writer takes turns with it instead.)
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Skips an id stored already: a redelivered order is a duplicate, not an error. Only the key
