@@ -295,8 +295,9 @@ impl SqlStore {
     /// through [`SqliteOrders`]), in one transaction, with a handful of statements whatever
     /// its size: which ids are stored already (redeliveries), one guarded stock update per
     /// product for all of its new orders (order by order only when a product cannot cover the
-    /// whole batch), then multi-row inserts. A concurrent writer storing one of these ids first makes an insert
-    /// fail on the key; the whole batch is then tried again and sees it as stored.
+    /// whole batch), then multi-row inserts. A concurrent writer storing one of these ids
+    /// first makes an insert fail on the key; the whole batch is then tried again and sees it
+    /// as stored.
     async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
         let mut tx = self.writer.begin().await?;
         let ids: Vec<OrderId> = orders.iter().map(|o| o.id).collect();
