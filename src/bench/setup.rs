@@ -60,7 +60,23 @@ pub async fn prepare(
             shoppers.push(signer.issue(id, name, now).0);
         }
     }
-    let product = create_product(client, base, admin.expose(), run, stock, per_user_limit).await?;
+    let name = format!("Bench phone {run}");
+    let product =
+        create_product(client, base, admin.expose(), &name, stock, per_user_limit).await?;
+    // The checks read this database: one the server does not use would fail them all, after
+    // the whole crowd ran, with nothing to say why. (Its own product may have the same id.)
+    if store
+        .product(product)
+        .await?
+        .is_none_or(|found| found.name != name)
+    {
+        bail!(
+            "product {} was created through {base} but is not in {}: give the bench the \
+             server's SECKILL_DATABASE_URL, the checks read the database",
+            product.0,
+            crate::redact::url(&config.database_url)
+        );
+    }
     wait_until_on_sale(client, base, product).await?;
     Ok(Sale {
         product,
@@ -75,7 +91,7 @@ async fn create_product(
     client: &reqwest::Client,
     base: &str,
     admin_token: &str,
-    run: i64,
+    name: &str,
     stock: i64,
     per_user_limit: u32,
 ) -> anyhow::Result<ProductId> {
@@ -84,7 +100,7 @@ async fn create_product(
         .post(format!("{base}/api/v1/admin/products"))
         .bearer_auth(admin_token)
         .json(&json!({
-            "name": format!("Bench phone {run}"),
+            "name": name,
             "original_price_cents": 10_000,
             "sale_price_cents": 4_999,
             "stock": stock,

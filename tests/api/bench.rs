@@ -2,26 +2,41 @@
 //! find every invariant holding (it exits non-zero on a FAIL).
 
 use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp};
-use std::process::Command;
+use std::process::{Command, Output};
+
+/// `seckill bench ARGS --url <app>` with the server's secrets and `database` for its checks.
+async fn bench(app: &TestApp, database: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command
+        .arg("bench")
+        .args(args)
+        .args(["--url", &app.base])
+        .env_clear()
+        .env("SECKILL_DATABASE_URL", database)
+        .env("SECKILL_SECRET", SECRET)
+        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN);
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_generator_sells_out_a_test_server_and_finds_every_invariant_holding() {
     let app = TestApp::spawn().await;
-    let bench = tokio::task::spawn_blocking({
-        let (url, database) = (app.base.clone(), app.db.url.clone());
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_seckill"))
-                .args(["bench", "--scenario", "sellout", "--users", "2000"])
-                .args(["--duration", "1s", "--concurrency", "16", "--url", &url])
-                .env_clear()
-                .env("SECKILL_DATABASE_URL", database)
-                .env("SECKILL_SECRET", SECRET)
-                .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
-                .output()
-                .unwrap()
-        }
-    });
-    let output = bench.await.unwrap();
+    let args = [
+        "--scenario",
+        "sellout",
+        "--users",
+        "2000",
+        "--duration",
+        "1s",
+    ];
+    let output = bench(
+        &app,
+        &app.db.url,
+        &[&args[..], &["--concurrency", "16"]].concat(),
+    )
+    .await;
     let report = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -33,4 +48,21 @@ async fn the_load_generator_sells_out_a_test_server_and_finds_every_invariant_ho
         report.contains("buy accepted") && report.contains("buy sold_out"),
         "{report}"
     );
+}
+
+/// Checks read from a database the server does not use would all fail after the crowd, with
+/// nothing to say why: the bench refuses before the crowd and names the database it was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_refuses_a_database_the_server_does_not_use() {
+    let app = TestApp::spawn().await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = format!("sqlite://{}/other.db", elsewhere.path().display());
+    let output = bench(&app, &other, &["--users", "10", "--duration", "10s"]).await;
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{error}");
+    assert!(
+        error.contains("is not in sqlite://") && error.contains("other.db"),
+        "{error}"
+    );
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("requests in"));
 }
