@@ -32,8 +32,7 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
         crate::demo::seed(&store, SystemClock.now_ms()).await?;
     }
     let app = App::build(&config, Arc::new(SystemClock)).await?;
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
+    let listener = crate::http::serve::listen(config.http_addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.http_addr))?;
     let addr = listener.local_addr()?;
     println!(

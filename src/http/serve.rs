@@ -25,9 +25,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tower::ServiceExt;
+
+/// How many finished handshakes the kernel may queue for `accept`. A flash sale's crowd connects
+/// within the same second; past the queue's end the kernel drops the handshake, and the shopper's
+/// system tries again only after a second (then three). tokio's `TcpListener::bind` asks for
+/// 128, which 256 shoppers connecting at once overflowed. The kernel caps the queue at
+/// `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: u32 = 65_535;
+
+/// A listener on `addr` whose queue holds a crowd's connections (see [`LISTEN_BACKLOG`]).
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // A restarted server binds at once, as with `TcpListener::bind`.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// How long a connection may go without a request before its buffers are given back.
 pub const PARK_AFTER: Duration = Duration::from_secs(1);

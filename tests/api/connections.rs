@@ -2,10 +2,11 @@
 //! byte lost, closed ones end, and a stop does not wait for parked ones.
 
 use crate::helpers::TestApp;
-use seckill::http::serve::PARK_AFTER;
+use seckill::http::serve::{PARK_AFTER, listen};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
@@ -131,5 +132,35 @@ async fn a_stop_does_not_wait_for_parked_connections() {
     assert!(
         matches!(closed, Ok(Ok(0))),
         "the parked connection is closed"
+    );
+}
+
+/// A crowd connects within the same second: the kernel queues every handshake for `accept`,
+/// however far behind the server is, instead of dropping some for the shopper's system to retry
+/// a second later. (The listener here never accepts: the queue alone must hold them.)
+#[tokio::test]
+async fn a_thousand_connections_arriving_at_once_all_get_through() {
+    let listener = listen(([127, 0, 0, 1], 0).into()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut connecting = JoinSet::new();
+    for _ in 0..1000 {
+        // A dropped handshake is retried after one second at the earliest.
+        connecting.spawn(timeout(
+            Duration::from_millis(900),
+            TcpStream::connect(addr),
+        ));
+    }
+    let mut connected = Vec::new();
+    while let Some(attempt) = connecting.join_next().await {
+        if let Ok(stream) = attempt.unwrap() {
+            connected.push(stream.unwrap());
+        }
+    }
+    let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap_or_default();
+    assert_eq!(
+        connected.len(),
+        1000,
+        "handshakes dropped (the kernel caps the queue at net.core.somaxconn = {})",
+        somaxconn.trim()
     );
 }
