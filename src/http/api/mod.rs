@@ -12,12 +12,38 @@ use serde::{Serialize, Serializer};
 #[derive(Debug, Clone, Copy)]
 pub struct Rfc3339(pub Millis);
 
+/// Written digit by digit into a stack buffer: chrono's formatter builds a `String` through its
+/// general formatting machinery, about 1,200 instructions a time, and every accepted buy answers
+/// with two. Years outside 0000-9999 (which RFC 3339 cannot spell) are left to chrono.
 impl Serialize for Rfc3339 {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match chrono::DateTime::from_timestamp_millis(self.0) {
-            Some(t) => s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-            None => s.serialize_none(),
+        use chrono::{Datelike, Timelike};
+        let Some(utc) = chrono::DateTime::from_timestamp_millis(self.0) else {
+            return s.serialize_none();
+        };
+        // The naive time, read field by field: `DateTime`'s own getters apply the offset anew
+        // for every field.
+        let (date, time) = (utc.date_naive(), utc.time());
+        let Ok(year @ 0..=9999) = u32::try_from(date.year()) else {
+            return s.serialize_str(&utc.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        };
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        let fields = [
+            (0, 4, year),
+            (5, 2, date.month()),
+            (8, 2, date.day()),
+            (11, 2, time.hour()),
+            (14, 2, time.minute()),
+            (17, 2, time.second()),
+            (20, 3, time.nanosecond() / 1_000_000),
+        ];
+        for (at, width, mut value) in fields {
+            for digit in text[at..at + width].iter_mut().rev() {
+                *digit = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
         }
+        s.serialize_str(std::str::from_utf8(&text).expect("ASCII digits"))
     }
 }
 
@@ -124,6 +150,29 @@ impl From<&Order> for OrderView {
             pay_before: Rfc3339(o.pay_before),
             paid_at: o.paid_at.map(Rfc3339),
             cancelled_at: o.cancelled_at.map(Rfc3339),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rfc3339;
+
+    #[test]
+    fn times_read_as_chrono_writes_them() {
+        let chrono = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        };
+        let year_zero = -62_167_219_200_000;
+        let year_ten_thousand = 253_402_300_800_000;
+        let mut times = vec![0, 1, 999, 1_000, -1, year_zero, year_zero - 1];
+        times.extend([year_ten_thousand - 1, year_ten_thousand, i64::MAX]);
+        // About every 143 days across the four-digit years, each at another time of day.
+        times.extend((year_zero..year_ten_thousand).step_by(12_345_678_911));
+        for ms in times {
+            let ours = serde_json::to_value(Rfc3339(ms)).unwrap();
+            assert_eq!(ours.as_str().map(str::to_owned), chrono(ms), "{ms}");
         }
     }
 }
