@@ -128,7 +128,12 @@ impl SaleService {
             OrderStatus::AwaitingPayment => {}
         }
         if self.store.mark_paid(id, at).await? {
-            return self.order_of(user, id).await;
+            // The update changed these two columns of the row just read, and nothing else.
+            return Ok(Order {
+                status: OrderStatus::Paid,
+                paid_at: Some(at),
+                ..order
+            });
         }
         // Lost a race, or the window closed: look at what won.
         let order = self.order_of(user, id).await?;

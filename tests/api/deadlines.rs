@@ -64,6 +64,12 @@ async fn a_paid_order_is_never_cancelled_by_its_deadline() {
     let order_id = &app.buy_each(std::slice::from_ref(token), product).await[0].1;
     let (status, paid) = app.order_action(token, order_id, "pay").await;
     assert_eq!((status, &paid["status"]), (StatusCode::OK, &"paid".into()));
+    // The answer is the order as stored, paid_at included.
+    let (_, stored) = app
+        .get_json_as(token, &format!("/api/v1/orders/{order_id}"))
+        .await;
+    assert_eq!(paid, stored);
+    assert!(paid["paid_at"].is_string(), "{paid}");
     // Paying again is harmless; cancelling a paid order is refused.
     assert_eq!(
         app.order_action(token, order_id, "pay").await.0,
