@@ -5,6 +5,8 @@ use super::SaleService;
 use crate::domain::{Money, Product, ProductId, SaleEvent, SaleWindow};
 use crate::gate::GateError;
 use crate::store::{NewProduct, ProductPatch, StoreError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// Why an operator's change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +151,7 @@ impl SaleService {
             Ok(()) | Err(GateError::Rejected(_)) => {}
             Err(GateError::Unavailable(e)) => return Err(e.into()),
         }
+        self.catalog.put(&product);
         self.catalog.restock(id);
         Ok(product)
     }
@@ -171,5 +174,19 @@ impl SaleService {
     /// One product.
     pub async fn product(&self, id: ProductId) -> Result<Option<Product>, StoreError> {
         self.store.product(id).await
+    }
+
+    /// One product as shoppers see it. A product in the gate comes from memory, its row at
+    /// most a catalog refresh old and its stock live from the gate: the product page is what a
+    /// crowd reloads most, and it need not reach the database. Any other from the database.
+    pub async fn shown_product(&self, id: ProductId) -> Result<Option<Arc<Product>>, StoreError> {
+        let in_gate = self
+            .catalog
+            .get(id)
+            .is_some_and(|entry| entry.loaded.load(Ordering::SeqCst));
+        if in_gate && let Some(row) = self.catalog.row(id) {
+            return Ok(Some(row));
+        }
+        Ok(self.store.product(id).await?.map(Arc::new))
     }
 }

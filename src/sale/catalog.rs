@@ -1,6 +1,7 @@
 //! What this process knows about products without asking anyone: which ids exist (so unknown
 //! ids are turned away before the gate, against cache penetration), the name and price an
-//! order copies, whether the product is in the gate, and the local sold-out flag.
+//! order copies, whether the product is in the gate, the local sold-out flag, and the latest
+//! row read of each product, which shoppers' product views are made from.
 
 use super::SaleService;
 use crate::domain::{Millis, Money, Product, ProductId, SaleWindow};
@@ -19,13 +20,26 @@ pub(super) struct Entry {
     pub sold_out: AtomicBool,
 }
 
-/// Known products by id. Written only when the operator changes a product.
+/// Known products by id. Entries change only when the operator changes a product.
 #[derive(Default)]
-pub(super) struct Catalog(RwLock<HashMap<ProductId, Arc<Entry>>>);
+pub(super) struct Catalog {
+    entries: RwLock<HashMap<ProductId, Arc<Entry>>>,
+    /// The newest row read or written of each product: at most a catalog refresh old.
+    rows: RwLock<HashMap<ProductId, Arc<Product>>>,
+}
 
 impl Catalog {
     pub fn get(&self, id: ProductId) -> Option<Arc<Entry>> {
-        self.0
+        self.entries
+            .read()
+            .expect("catalog lock poisoned")
+            .get(&id)
+            .cloned()
+    }
+
+    /// The newest row of a product this process read or wrote.
+    pub fn row(&self, id: ProductId) -> Option<Arc<Product>> {
+        self.rows
             .read()
             .expect("catalog lock poisoned")
             .get(&id)
@@ -34,8 +48,19 @@ impl Catalog {
 
     /// Adds or refreshes a product. An unchanged product keeps its entry, so flags set on it
     /// concurrently are never lost; a changed one gets a new entry with the flags carried over.
+    /// The row is kept unless the one held is newer (a refresh that read before an update
+    /// here finished after it).
     pub fn put(&self, product: &Product) {
-        let mut map = self.0.write().expect("catalog lock poisoned");
+        {
+            let mut rows = self.rows.write().expect("catalog lock poisoned");
+            if rows
+                .get(&product.id)
+                .is_none_or(|held| held.updated_at <= product.updated_at)
+            {
+                rows.insert(product.id, Arc::new(product.clone()));
+            }
+        }
+        let mut map = self.entries.write().expect("catalog lock poisoned");
         let (loaded, sold_out) = match map.get(&product.id) {
             Some(e)
                 if *e.name == *product.name
@@ -101,7 +126,7 @@ impl Catalog {
 
     /// The products whose entries pass `keep`.
     fn ids_where(&self, keep: impl Fn(&Entry) -> bool) -> Vec<ProductId> {
-        self.0
+        self.entries
             .read()
             .expect("catalog lock poisoned")
             .iter()

@@ -113,6 +113,12 @@ async fn a_patched_limit_and_window_apply_to_a_live_sale() {
         (body["name"].as_str(), body["remaining"].as_i64()),
         (Some("Renamed"), Some(9))
     );
+    // Shoppers see the change at once (their view of a live product comes from memory).
+    let shown = app.product(product).await;
+    assert_eq!(
+        (&shown["name"], &shown["per_user_limit"]),
+        (&"Renamed".into(), &2.into())
+    );
     assert_eq!(app.buy(&token, product, 1).await.0, StatusCode::ACCEPTED);
 
     let now = app.state.sale.now();

@@ -164,6 +164,11 @@ async fn a_sold_out_product_sells_again_after_a_cancel_or_new_stock() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["stock_total"], 2);
+    let shown = app.product(product).await;
+    assert_eq!(
+        (&shown["stock_total"], &shown["remaining"]),
+        (&2.into(), &1.into())
+    );
     assert_eq!(
         app.buy(&tokens[2], product, 1).await.0,
         StatusCode::ACCEPTED

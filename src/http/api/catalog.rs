@@ -70,7 +70,7 @@ async fn show_product(
 ) -> Result<AppJson<ProductView>, ApiError> {
     let product = state
         .sale
-        .product(ProductId(id))
+        .shown_product(ProductId(id))
         .await?
         .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
     let remaining = state.sale.remaining(&product).await;
