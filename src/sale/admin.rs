@@ -6,7 +6,6 @@ use crate::domain::{Money, Product, ProductId, SaleEvent, SaleWindow};
 use crate::gate::GateError;
 use crate::store::{NewProduct, ProductPatch, StoreError};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// Why an operator's change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -166,27 +165,25 @@ impl SaleService {
         self.store.event(id).await
     }
 
-    /// All products.
-    pub async fn products(&self) -> Result<Vec<Product>, StoreError> {
-        self.store.products().await
-    }
-
     /// One product.
     pub async fn product(&self, id: ProductId) -> Result<Option<Product>, StoreError> {
         self.store.product(id).await
     }
 
-    /// One product as shoppers see it. A product in the gate comes from memory, its row at
-    /// most a catalog refresh old and its stock live from the gate: the product page is what a
-    /// crowd reloads most, and it need not reach the database. Any other from the database.
+    /// One product as shoppers see it: from memory, at most a catalog refresh old, when this
+    /// process knows it (the database only for ids it does not know yet). Its stock, taken
+    /// live from the gate once the product is in it, is what changes under a crowd; the rest
+    /// changes when an operator changes it, and at once for changes through this process.
     pub async fn shown_product(&self, id: ProductId) -> Result<Option<Arc<Product>>, StoreError> {
-        let in_gate = self
-            .catalog
-            .get(id)
-            .is_some_and(|entry| entry.loaded.load(Ordering::SeqCst));
-        if in_gate && let Some(row) = self.catalog.row(id) {
+        if let Some(row) = self.catalog.row(id) {
             return Ok(Some(row));
         }
         Ok(self.store.product(id).await?.map(Arc::new))
+    }
+
+    /// The products of a sale event as shoppers see them (see [`Self::shown_product`]), in
+    /// sale order. Every open sale page asks for them every two seconds.
+    pub fn shown_products_of_event(&self, event: i64) -> Vec<Arc<Product>> {
+        self.catalog.rows_of_event(event)
     }
 }

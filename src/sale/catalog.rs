@@ -46,6 +46,20 @@ impl Catalog {
             .cloned()
     }
 
+    /// The newest rows of an event's products, in sale order (as the database lists them).
+    pub fn rows_of_event(&self, event: i64) -> Vec<Arc<Product>> {
+        let mut rows: Vec<_> = self
+            .rows
+            .read()
+            .expect("catalog lock poisoned")
+            .values()
+            .filter(|product| product.event_id == Some(event))
+            .cloned()
+            .collect();
+        rows.sort_by_key(|product| (product.window.start, product.id));
+        rows
+    }
+
     /// Adds or refreshes a product. An unchanged product keeps its entry, so flags set on it
     /// concurrently are never lost; a changed one gets a new entry with the flags carried over.
     /// The row is kept unless the one held is newer (a refresh that read before an update

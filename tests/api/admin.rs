@@ -45,9 +45,22 @@ async fn an_event_groups_products_that_sell_in_its_window() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{product}");
     assert_eq!(product["starts_at"], event["starts_at"]);
+    app.admin_post(
+        "/api/v1/admin/products",
+        json!({ "event_id": event["id"], "name": "Coffee", "original_price_cents": 3990,
+                "sale_price_cents": 990, "stock": 3 }),
+    )
+    .await;
+    app.live_product(5, 1).await; // in no event
     let url = app.url(&format!("/api/v1/events/{}", event["id"]));
     let (_, shown) = status_and_json(app.client.get(url).send().await.unwrap()).await;
-    assert_eq!(shown["products"][0]["name"], "Tea");
+    let names: Vec<_> = shown["products"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Tea", "Coffee"], "{shown}");
     assert_eq!(shown["products"][0]["remaining"], 7);
     let token = app.users(1).await.remove(0);
     assert_eq!(

@@ -42,7 +42,7 @@ async fn show_event(
         .await?
         .ok_or_else(|| ApiError::not_found("unknown_event", "no such sale event"))?;
     let now = state.sale.now();
-    let products = product_views_of_event(&state, id).await?;
+    let products = product_views_of_event(&state, id).await;
     Ok(AppJson(EventWithProducts {
         event: EventView::new(&event, now),
         products,
@@ -50,18 +50,13 @@ async fn show_event(
 }
 
 /// Views of the products of one event, with live stock, in sale order.
-pub async fn product_views_of_event(
-    state: &AppState,
-    event_id: i64,
-) -> Result<Vec<ProductView>, ApiError> {
+pub async fn product_views_of_event(state: &AppState, event_id: i64) -> Vec<ProductView> {
     let now = state.sale.now();
     let mut views = Vec::new();
-    for p in state.sale.products().await? {
-        if p.event_id == Some(event_id) {
-            views.push(ProductView::new(&p, state.sale.remaining(&p).await, now));
-        }
+    for p in state.sale.shown_products_of_event(event_id) {
+        views.push(ProductView::new(&p, state.sale.remaining(&p).await, now));
     }
-    Ok(views)
+    views
 }
 
 async fn show_product(

@@ -76,7 +76,7 @@ async fn sale_page(
         })
         .collect();
     let products = match selected {
-        Some(id) => product_views_of_event(&state, id).await?,
+        Some(id) => product_views_of_event(&state, id).await,
         None => Vec::new(),
     };
     let held = match &user {
