@@ -61,15 +61,16 @@ impl SaleService {
         title: &str,
         window: SaleWindow,
     ) -> Result<SaleEvent, AdminError> {
-        Ok(self.store.create_event(title, window, self.now()).await?)
+        let event = self.store.create_event(title, window, self.now()).await?;
+        self.catalog.put_event(event.clone());
+        Ok(event)
     }
 
     /// Creates a product and, if its sale is due, preheats it at once.
     pub async fn create_product(&self, input: NewProductInput) -> Result<Product, AdminError> {
         let event = match input.event_id {
             Some(id) => Some(
-                self.store
-                    .event(id)
+                self.event(id)
                     .await?
                     .ok_or_else(|| invalid("unknown_event", "event_id names no sale event"))?,
             ),
@@ -155,14 +156,19 @@ impl SaleService {
         Ok(product)
     }
 
-    /// All sale events.
-    pub async fn events(&self) -> Result<Vec<SaleEvent>, StoreError> {
-        self.store.events().await
+    /// Every sale event, from memory: the sale page lists them on every load. One created
+    /// through another process shows after this one's next catalog read.
+    pub fn events(&self) -> Vec<SaleEvent> {
+        self.catalog.events()
     }
 
-    /// One sale event.
+    /// One sale event, from memory once this process knows it (the database otherwise):
+    /// every open sale page asks for its event every two seconds.
     pub async fn event(&self, id: i64) -> Result<Option<SaleEvent>, StoreError> {
-        self.store.event(id).await
+        match self.catalog.event(id) {
+            Some(event) => Ok(Some(event)),
+            None => self.store.event(id).await,
+        }
     }
 
     /// One product.

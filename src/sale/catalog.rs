@@ -1,10 +1,10 @@
 //! What this process knows about products without asking anyone: which ids exist (so unknown
 //! ids are turned away before the gate, against cache penetration), the name and price an
 //! order copies, whether the product is in the gate, the local sold-out flag, and the latest
-//! row read of each product, which shoppers' product views are made from.
+//! row read of each product and the sale events, which what shoppers see is made from.
 
 use super::SaleService;
-use crate::domain::{Millis, Money, Product, ProductId, SaleWindow};
+use crate::domain::{Millis, Money, Product, ProductId, SaleEvent, SaleWindow};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -26,6 +26,8 @@ pub(super) struct Catalog {
     entries: RwLock<HashMap<ProductId, Arc<Entry>>>,
     /// The newest row read or written of each product: at most a catalog refresh old.
     rows: RwLock<HashMap<ProductId, Arc<Product>>>,
+    /// Sale events by id. An event never changes once created.
+    events: RwLock<HashMap<i64, SaleEvent>>,
 }
 
 impl Catalog {
@@ -58,6 +60,36 @@ impl Catalog {
             .collect();
         rows.sort_by_key(|product| (product.window.start, product.id));
         rows
+    }
+
+    /// One sale event.
+    pub fn event(&self, id: i64) -> Option<SaleEvent> {
+        self.events
+            .read()
+            .expect("catalog lock poisoned")
+            .get(&id)
+            .cloned()
+    }
+
+    /// Every sale event, in the order the database lists them (by start, then id).
+    pub fn events(&self) -> Vec<SaleEvent> {
+        let mut events: Vec<_> = self
+            .events
+            .read()
+            .expect("catalog lock poisoned")
+            .values()
+            .cloned()
+            .collect();
+        events.sort_by_key(|event| (event.window.start, event.id));
+        events
+    }
+
+    /// Adds a sale event.
+    pub fn put_event(&self, event: SaleEvent) {
+        self.events
+            .write()
+            .expect("catalog lock poisoned")
+            .insert(event.id, event);
     }
 
     /// Adds or refreshes a product. An unchanged product keeps its entry, so flags set on it

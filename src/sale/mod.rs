@@ -93,9 +93,12 @@ impl SaleService {
         let _ = self.payments.set(queue);
     }
 
-    /// Reads the products again from the database, so products another process created or
-    /// changed are sold here too. Run by the ticker.
+    /// Reads the sale events and products again from the database, so those another process
+    /// created or changed are sold and shown here too. Run by the ticker.
     pub async fn refresh_catalog(&self) -> anyhow::Result<()> {
+        for event in self.store.events().await? {
+            self.catalog.put_event(event);
+        }
         for product in self.store.products().await? {
             self.catalog.put(&product);
         }

@@ -36,6 +36,8 @@ async fn an_event_groups_products_that_sell_in_its_window() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{event}");
     assert_eq!(event["status"], "live");
+    let (_, events) = app.get_json("/api/v1/events").await;
+    assert_eq!(events, json!([event]));
     let (status, product) = app
         .admin_post(
             "/api/v1/admin/products",

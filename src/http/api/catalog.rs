@@ -19,7 +19,7 @@ pub fn router() -> Router<AppState> {
 
 async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventView>>, ApiError> {
     let now = state.sale.now();
-    let events = state.sale.events().await?;
+    let events = state.sale.events();
     Ok(AppJson(
         events.iter().map(|e| EventView::new(e, now)).collect(),
     ))

@@ -52,7 +52,7 @@ async fn sale_page(
     request: HeaderMap,
 ) -> Result<Response, ApiError> {
     let now = state.sale.now();
-    let events = state.sale.events().await?;
+    let events = state.sale.events();
     let asked = query.event.and_then(|e| e.parse::<i64>().ok());
     // The asked-for event, else the live one, else the next to start, else the last.
     let selected = asked
