@@ -1,7 +1,7 @@
 //! What this process knows about products without asking anyone: which ids exist (so unknown
 //! ids are turned away before the gate, against cache penetration), the name and price an
-//! order copies, whether the product is in the gate, the local sold-out flag, and the latest
-//! row read of each product and the sale events, which what shoppers see is made from.
+//! order copies, whether the product is in the gate, and the local sold-out flag. It also keeps
+//! the newest row of each product and every sale event: what shoppers see is made from these.
 
 use super::SaleService;
 use crate::domain::{Millis, Money, Product, ProductId, SaleEvent, SaleWindow};
