@@ -9,6 +9,7 @@ mod buying;
 mod connections;
 mod deadlines;
 mod helpers;
+mod migrate;
 mod pages;
 mod pipeline;
 mod processes;

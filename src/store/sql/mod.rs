@@ -235,7 +235,20 @@ impl SqlStore {
             .pool_options(max_connections.unwrap_or(dialect.pool_size()))
             .connect(&driver_url)
             .await?;
+        let applied: HashSet<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+            .fetch_all(&pool)
+            .await
+            .map_or_else(|_| HashSet::new(), HashSet::from_iter); // none yet: no table yet
         dialect.migrator().run(&pool).await?;
+        for migration in dialect.migrator().iter() {
+            if !applied.contains(&migration.version) {
+                tracing::info!(
+                    version = migration.version,
+                    "applied migration: {}",
+                    migration.description
+                );
+            }
+        }
         let (writer, flush, sqlite_orders) = if dialect == Dialect::Sqlite {
             let file = SqliteConnectOptions::from_str(&driver_url)?
                 .get_filename()
