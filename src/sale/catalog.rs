@@ -6,6 +6,7 @@
 use super::SaleService;
 use crate::domain::{Millis, Money, Product, ProductId, SaleEvent, SaleWindow};
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -32,20 +33,12 @@ pub(super) struct Catalog {
 
 impl Catalog {
     pub fn get(&self, id: ProductId) -> Option<Arc<Entry>> {
-        self.entries
-            .read()
-            .expect("catalog lock poisoned")
-            .get(&id)
-            .cloned()
+        cloned(&self.entries, &id)
     }
 
     /// The newest row of a product this process read or wrote.
     pub fn row(&self, id: ProductId) -> Option<Arc<Product>> {
-        self.rows
-            .read()
-            .expect("catalog lock poisoned")
-            .get(&id)
-            .cloned()
+        cloned(&self.rows, &id)
     }
 
     /// The newest rows of an event's products, in sale order (as the database lists them).
@@ -64,11 +57,7 @@ impl Catalog {
 
     /// One sale event.
     pub fn event(&self, id: i64) -> Option<SaleEvent> {
-        self.events
-            .read()
-            .expect("catalog lock poisoned")
-            .get(&id)
-            .cloned()
+        cloned(&self.events, &id)
     }
 
     /// Every sale event, in the order the database lists them (by start, then id).
@@ -180,4 +169,9 @@ impl Catalog {
             .map(|(id, _)| *id)
             .collect()
     }
+}
+
+/// The value under `key`, cloned out of the map's read lock.
+fn cloned<K: Eq + Hash, V: Clone>(map: &RwLock<HashMap<K, V>>, key: &K) -> Option<V> {
+    map.read().expect("catalog lock poisoned").get(key).cloned()
 }
