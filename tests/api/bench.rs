@@ -23,20 +23,9 @@ async fn bench(app: &TestApp, database: &str, args: &[&str]) -> Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_generator_sells_out_a_test_server_and_finds_every_invariant_holding() {
     let app = TestApp::spawn().await;
-    let args = [
-        "--scenario",
-        "sellout",
-        "--users",
-        "2000",
-        "--duration",
-        "1s",
-    ];
-    let output = bench(
-        &app,
-        &app.db.url,
-        &[&args[..], &["--concurrency", "16"]].concat(),
-    )
-    .await;
+    let crowd = ["--scenario", "sellout", "--users", "2000"];
+    let bounds = ["--duration", "1s", "--concurrency", "16"];
+    let output = bench(&app, &app.db.url, &[crowd, bounds].concat()).await;
     let report = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
