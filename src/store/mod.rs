@@ -18,9 +18,13 @@ pub enum StoreError {
     /// Through sqlx: every statement on a database server, and all but order batches on SQLite.
     #[error("database: {0}")]
     Sql(#[from] sqlx::Error),
-    /// Through SQLite's own API: order batches in embedded mode (see `sql::SqliteOrders`).
+    /// Through SQLite's own API: order batches, payments and cancels in embedded mode (see
+    /// `sql::SqliteOrders`).
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A failure shared by every write of one batch (SQLite's payments and cancels).
+    #[error(transparent)]
+    Shared(std::sync::Arc<StoreError>),
 }
 
 /// Shorthand for store results.

@@ -1,15 +1,18 @@
 //! The [`Store`] for every SQL database: SQLite (embedded), PostgreSQL and MySQL/MariaDB,
-//! through sqlx's `Any` driver (but SQLite's order batches: see [`SqliteOrders`]). The
+//! through sqlx's `Any` driver (but SQLite's order batches, payments and cancels: see
+//! [`SqliteOrders`]). The
 //! statements are written once; [`Dialect`] adapts the few spellings that differ. All values
 //! cross as `i64` or text, which every driver supports.
 
 mod dialect;
 mod rows;
 mod sqlite_orders;
+mod status_batches;
 mod wal_flush;
 
 pub use dialect::Dialect;
 pub use sqlite_orders::SqliteOrders;
+pub use status_batches::{StatusBatches, StatusChange};
 pub use wal_flush::WalFlush;
 
 use super::{NewProduct, Persisted, ProductPatch, Store, StoreError, StoreResult, UserRecord};
@@ -122,7 +125,7 @@ impl Statements {
                  WHERE product_id = ? AND status <> 'cancelled' GROUP BY user_id",
                 d.sum("quantity")
             )),
-            take_stock: sql("UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?"),
+            take_stock: sql(TAKE_STOCK),
             order: sql(concat!(
                 "SELECT ",
                 order_columns!(),
@@ -133,11 +136,9 @@ impl Statements {
                 order_columns!(),
                 " FROM orders WHERE user_id = ? ORDER BY created_at DESC, id DESC"
             )),
-            mark_paid: sql("UPDATE orders SET status = 'paid', paid_at = ? \
-                 WHERE id = ? AND status = 'awaiting_payment' AND pay_before > ?"),
-            cancel_order: sql("UPDATE orders SET status = 'cancelled', cancelled_at = ? \
-                 WHERE id = ? AND status = 'awaiting_payment'"),
-            return_stock: sql("UPDATE products SET stock = stock + ?, updated_at = ? WHERE id = ?"),
+            mark_paid: sql(MARK_PAID),
+            cancel_order: sql(CANCEL_ORDER),
+            return_stock: sql(RETURN_STOCK),
             overdue_orders: sql(
                 "SELECT id FROM orders WHERE status = 'awaiting_payment' AND pay_before <= ? \
                  ORDER BY pay_before LIMIT ?",
@@ -150,6 +151,14 @@ impl Statements {
 }
 
 type AnyQuery<'q> = Query<'q, Any, AnyArguments>;
+
+// Statements SQLite's own connection runs too ([`SqliteOrders`]), spelled once for both.
+const TAKE_STOCK: &str = "UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?";
+const MARK_PAID: &str = "UPDATE orders SET status = 'paid', paid_at = ? \
+    WHERE id = ? AND status = 'awaiting_payment' AND pay_before > ?";
+const CANCEL_ORDER: &str = "UPDATE orders SET status = 'cancelled', cancelled_at = ? \
+    WHERE id = ? AND status = 'awaiting_payment'";
+const RETURN_STOCK: &str = "UPDATE products SET stock = stock + ?, updated_at = ? WHERE id = ?";
 
 /// Rows per multi-row statement: 10 parameters each stays under every driver's limit.
 const INSERT_ROWS: usize = 500;
@@ -663,21 +672,37 @@ impl Store for SqlStore {
     }
 
     async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
-        let paid = query(&self.sql.mark_paid)
-            .bind(now)
-            .bind(id.0)
-            .bind(now)
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
+        let paid = match &self.sqlite_orders {
+            Some(sqlite) => {
+                let pay = StatusChange::Pay { id, at: now };
+                sqlite.settle(pay, &self.writer).await?
+            }
+            None => {
+                let paid = query(&self.sql.mark_paid)
+                    .bind(now)
+                    .bind(id.0)
+                    .bind(now)
+                    .execute(&self.writer)
+                    .await?;
+                paid.rows_affected() == 1
+            }
+        };
         self.durable().await?;
-        Ok(paid == 1)
+        Ok(paid)
     }
 
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
-        let cancelled = retry_conflicts(|| self.try_cancel_order(id, now)).await?;
+        let Some(sqlite) = &self.sqlite_orders else {
+            // A database server: its commit is durable when it answers.
+            return retry_conflicts(|| self.try_cancel_order(id, now)).await;
+        };
+        let cancel = StatusChange::Cancel { id, at: now };
+        if !sqlite.settle(cancel, &self.writer).await? {
+            return Ok(None);
+        }
         self.durable().await?;
-        Ok(cancelled)
+        // Read back once committed: the batch says only which changes applied.
+        self.order(id).await
     }
 
     async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {

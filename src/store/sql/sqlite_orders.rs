@@ -1,4 +1,5 @@
-//! Order batches on SQLite, written through SQLite's own API on the caller's thread.
+//! Order batches, payments and cancels on SQLite, written through SQLite's own API on the
+//! caller's thread.
 //!
 //! sqlx runs every SQLite connection on a thread of its own and hands each statement over to
 //! it and the answer back. A batch of orders is a handful of statements, so it cost a dozen
@@ -6,10 +7,12 @@
 //! spent more time switching than SQLite spent storing. Here a batch is one call that runs
 //! its statements in place, each prepared once and kept.
 
-use super::units_of;
+use super::status_batches::{StatusBatches, StatusChange};
+use super::{CANCEL_ORDER, MARK_PAID, RETURN_STOCK, TAKE_STOCK, in_place, units_of};
 use crate::domain::{Order, ProductId};
-use crate::store::Persisted;
+use crate::store::{Persisted, StoreResult};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use sqlx::AnyPool;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -24,13 +27,15 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const INSERT: &str = "INSERT INTO orders (id, user_id, product_id, product_name, \
     unit_price_cents, quantity, total_cents, status, created_at, pay_before) \
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING";
-const TAKE_STOCK: &str = "UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?";
 const REMOVE: &str = "DELETE FROM orders WHERE id = ?";
+const UNITS_OF_ORDER: &str = "SELECT product_id, quantity FROM orders WHERE id = ?";
 
-/// The connection that writes order batches into one SQLite file, kept for the life of the
-/// process.
+/// The connection that writes order batches, payments and cancels into one SQLite file, kept
+/// for the life of the process.
 pub struct SqliteOrders {
     conn: Mutex<Connection>,
+    /// Payments and cancels waiting to be written together.
+    changes: StatusBatches,
 }
 
 impl SqliteOrders {
@@ -46,6 +51,7 @@ impl SqliteOrders {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(Self {
             conn: Mutex::new(conn),
+            changes: StatusBatches::default(),
         })
     }
 
@@ -61,6 +67,57 @@ impl SqliteOrders {
         let outcomes = take_units(&tx, orders, new)?;
         tx.commit()?;
         Ok(outcomes)
+    }
+
+    /// Applies a payment or a cancel, in one transaction with every other one waiting, once
+    /// the file's write lock is this process's turn (`turn`, the sqlx writer's one
+    /// connection). Whether it was applied; like every write here, it is on disk only once
+    /// the log is synced.
+    pub async fn settle(&self, change: StatusChange, turn: &AnyPool) -> StoreResult<bool> {
+        let write = |changes: Vec<StatusChange>| async move {
+            let _turn = turn.acquire().await?;
+            Ok(in_place(|| self.apply(&changes))?)
+        };
+        self.changes.settle(change, write).await
+    }
+
+    /// Each change in order, as one transaction: a conditional update that applies only to an
+    /// order awaiting payment, as on every database, and for a cancel its units back on sale.
+    fn apply(&self, changes: &[StatusChange]) -> rusqlite::Result<Vec<bool>> {
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let applied = changes
+            .iter()
+            .map(|change| apply_one(&tx, *change))
+            .collect::<rusqlite::Result<_>>()?;
+        tx.commit()?;
+        Ok(applied)
+    }
+}
+
+fn apply_one(tx: &Transaction<'_>, change: StatusChange) -> rusqlite::Result<bool> {
+    match change {
+        StatusChange::Pay { id, at } => {
+            let paid = tx
+                .prepare_cached(MARK_PAID)?
+                .execute(params![at, id.0, at])?;
+            Ok(paid == 1)
+        }
+        StatusChange::Cancel { id, at } => {
+            if tx
+                .prepare_cached(CANCEL_ORDER)?
+                .execute(params![at, id.0])?
+                == 0
+            {
+                return Ok(false);
+            }
+            let (product, units): (i64, i64) = tx
+                .prepare_cached(UNITS_OF_ORDER)?
+                .query_row([id.0], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            tx.prepare_cached(RETURN_STOCK)?
+                .execute(params![units, at, product])?;
+            Ok(true)
+        }
     }
 }
 
