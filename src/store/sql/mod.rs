@@ -1,18 +1,20 @@
 //! The [`Store`] for every SQL database: SQLite (embedded), PostgreSQL and MySQL/MariaDB,
-//! through sqlx's `Any` driver (but SQLite's order batches, payments and cancels: see
-//! [`SqliteOrders`]). The
+//! through sqlx's `Any` driver (but SQLite's order batches, payments, cancels and order reads:
+//! see [`SqliteOrders`] and [`SqliteReads`]). The
 //! statements are written once; [`Dialect`] adapts the few spellings that differ. All values
 //! cross as `i64` or text, which every driver supports.
 
 mod dialect;
 mod rows;
 mod sqlite_orders;
+mod sqlite_reads;
 mod status_batches;
 mod wal_flush;
 
 pub use dialect::Dialect;
 pub use sqlite_orders::SqliteOrders;
-pub use status_batches::{StatusBatches, StatusChange};
+pub use sqlite_reads::SqliteReads;
+pub use status_batches::StatusChange;
 pub use wal_flush::WalFlush;
 
 use super::{NewProduct, Persisted, ProductPatch, Store, StoreError, StoreResult, UserRecord};
@@ -41,14 +43,21 @@ pub struct SqlStore {
     /// made each one re-read the pages the previous one had changed. Order batches hold this
     /// one connection while they write, so the two take turns at the file's write lock.
     writer: AnyPool,
-    /// SQLite's writer commits without syncing its log; every write waits here until the log
-    /// is on disk. `None` on a database server, which syncs its own commits.
-    flush: Option<WalFlush>,
-    /// SQLite's order batches, which bypass sqlx (see [`SqliteOrders`]). `None` on a database
-    /// server.
-    sqlite_orders: Option<SqliteOrders>,
+    /// What SQLite needs beside sqlx. `None` on a database server.
+    sqlite: Option<SqliteFile>,
     dialect: Dialect,
     sql: Statements,
+}
+
+/// What this process keeps for its SQLite file beside sqlx's connections.
+struct SqliteFile {
+    /// The writers commit without syncing the log; every write waits here until the log is
+    /// on disk.
+    flush: WalFlush,
+    /// Order batches, payments and cancels, which bypass sqlx.
+    orders: SqliteOrders,
+    /// Reads of orders, which bypass sqlx.
+    reads: SqliteReads,
 }
 
 /// Every statement, in the connected database's dialect, prepared once at start-up.
@@ -126,16 +135,8 @@ impl Statements {
                 d.sum("quantity")
             )),
             take_stock: sql(TAKE_STOCK),
-            order: sql(concat!(
-                "SELECT ",
-                order_columns!(),
-                " FROM orders WHERE id = ?"
-            )),
-            orders_of_user: sql(concat!(
-                "SELECT ",
-                order_columns!(),
-                " FROM orders WHERE user_id = ? ORDER BY created_at DESC, id DESC"
-            )),
+            order: sql(ORDER),
+            orders_of_user: sql(ORDERS_OF_USER),
             mark_paid: sql(MARK_PAID),
             cancel_order: sql(CANCEL_ORDER),
             return_stock: sql(RETURN_STOCK),
@@ -159,6 +160,12 @@ const MARK_PAID: &str = "UPDATE orders SET status = 'paid', paid_at = ? \
 const CANCEL_ORDER: &str = "UPDATE orders SET status = 'cancelled', cancelled_at = ? \
     WHERE id = ? AND status = 'awaiting_payment'";
 const RETURN_STOCK: &str = "UPDATE products SET stock = stock + ?, updated_at = ? WHERE id = ?";
+const ORDER: &str = concat!("SELECT ", order_columns!(), " FROM orders WHERE id = ?");
+const ORDERS_OF_USER: &str = concat!(
+    "SELECT ",
+    order_columns!(),
+    " FROM orders WHERE user_id = ? ORDER BY created_at DESC, id DESC"
+);
 
 /// Rows per multi-row statement: 10 parameters each stays under every driver's limit.
 const INSERT_ROWS: usize = 500;
@@ -258,23 +265,26 @@ impl SqlStore {
                 );
             }
         }
-        let (writer, flush, sqlite_orders) = if dialect == Dialect::Sqlite {
+        let (writer, sqlite) = if dialect == Dialect::Sqlite {
             let file = SqliteConnectOptions::from_str(&driver_url)?
                 .get_filename()
                 .to_owned();
             let writer = Dialect::sqlite_writer_options()
                 .connect(&driver_url)
                 .await?;
-            let orders = SqliteOrders::open(&file)?;
-            (writer, Some(WalFlush::new(file)), Some(orders))
+            let sqlite = SqliteFile {
+                orders: SqliteOrders::open(&file)?,
+                reads: SqliteReads::new(&file),
+                flush: WalFlush::new(file),
+            };
+            (writer, Some(sqlite))
         } else {
-            (pool.clone(), None, None)
+            (pool.clone(), None)
         };
         Ok(Self {
             pool,
             writer,
-            flush,
-            sqlite_orders,
+            sqlite,
             dialect,
             sql: Statements::new(dialect),
         })
@@ -288,8 +298,12 @@ impl SqlStore {
     /// Waits until what this caller committed through the writer is on disk: every write
     /// calls this before it reports success.
     async fn durable(&self) -> StoreResult<()> {
-        match &self.flush {
-            Some(flush) => flush.flushed().await.map_err(|e| sqlx::Error::Io(e).into()),
+        match &self.sqlite {
+            Some(sqlite) => sqlite
+                .flush
+                .flushed()
+                .await
+                .map_err(|e| sqlx::Error::Io(e).into()),
             None => Ok(()),
         }
     }
@@ -639,7 +653,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
-        let outcomes = match &self.sqlite_orders {
+        let outcomes = match &self.sqlite {
             Some(sqlite) => {
                 // The file's write lock is taken in turn with the sqlx writer, by holding its
                 // pool's one connection, not fought over: SQLite's busy handler backs off for
@@ -647,7 +661,7 @@ impl Store for SqlStore {
                 // mixed` (256 in flight) took 95 ms at the median with the two connections
                 // fighting, 47 ms taking turns (42 ms when sqlx wrote the orders too).
                 let _turn = self.writer.acquire().await?;
-                in_place(|| sqlite.insert(orders))?
+                in_place(|| sqlite.orders.insert(orders))?
             }
             None => retry_conflicts(|| self.try_insert_orders(orders)).await?,
         };
@@ -656,6 +670,9 @@ impl Store for SqlStore {
     }
 
     async fn order(&self, id: OrderId) -> StoreResult<Option<Order>> {
+        if let Some(sqlite) = &self.sqlite {
+            return Ok(sqlite.reads.order(id)?);
+        }
         let row = query(&self.sql.order)
             .bind(id.0)
             .fetch_optional(&self.pool)
@@ -664,6 +681,9 @@ impl Store for SqlStore {
     }
 
     async fn orders_of_user(&self, user: UserId) -> StoreResult<Vec<Order>> {
+        if let Some(sqlite) = &self.sqlite {
+            return Ok(sqlite.reads.orders_of_user(user)?);
+        }
         let rows = query(&self.sql.orders_of_user)
             .bind(user.0)
             .fetch_all(&self.pool)
@@ -672,10 +692,10 @@ impl Store for SqlStore {
     }
 
     async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
-        let paid = match &self.sqlite_orders {
+        let paid = match &self.sqlite {
             Some(sqlite) => {
                 let pay = StatusChange::Pay { id, at: now };
-                sqlite.settle(pay, &self.writer).await?
+                sqlite.orders.settle(pay, &self.writer).await?
             }
             None => {
                 let paid = query(&self.sql.mark_paid)
@@ -692,12 +712,12 @@ impl Store for SqlStore {
     }
 
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
-        let Some(sqlite) = &self.sqlite_orders else {
+        let Some(sqlite) = &self.sqlite else {
             // A database server: its commit is durable when it answers.
             return retry_conflicts(|| self.try_cancel_order(id, now)).await;
         };
         let cancel = StatusChange::Cancel { id, at: now };
-        if !sqlite.settle(cancel, &self.writer).await? {
+        if !sqlite.orders.settle(cancel, &self.writer).await? {
             return Ok(None);
         }
         self.durable().await?;

@@ -5,6 +5,7 @@ use crate::domain::{
     Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity, SaleEvent, SaleWindow, UserId,
 };
 use crate::store::UserRecord;
+use rusqlite::types::Type;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -23,69 +24,110 @@ macro_rules! order_columns {
 }
 pub(super) use {order_columns, product_columns};
 
-fn decode_error(what: &str) -> sqlx::Error {
-    sqlx::Error::Decode(format!("invalid {what} in database").into())
+/// A row of either driver, read column by column: sqlx's for every database, SQLite's own for
+/// its point reads (see `SqliteReads`). One decoder per domain type serves both.
+pub trait Columns {
+    type Error;
+    fn int(&self, column: &str) -> Result<i64, Self::Error>;
+    fn maybe_int(&self, column: &str) -> Result<Option<i64>, Self::Error>;
+    fn text(&self, column: &str) -> Result<String, Self::Error>;
+    /// A value that breaks a domain rule.
+    fn invalid(&self, column: &str) -> Self::Error;
 }
 
-fn money(row: &AnyRow, column: &str) -> Result<Money, sqlx::Error> {
-    Money::from_cents(row.try_get(column)?).map_err(|_| decode_error(column))
+impl Columns for AnyRow {
+    type Error = sqlx::Error;
+    fn int(&self, column: &str) -> Result<i64, sqlx::Error> {
+        self.try_get(column)
+    }
+    fn maybe_int(&self, column: &str) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(column)
+    }
+    fn text(&self, column: &str) -> Result<String, sqlx::Error> {
+        self.try_get(column)
+    }
+    fn invalid(&self, column: &str) -> sqlx::Error {
+        sqlx::Error::Decode(format!("invalid {column} in database").into())
+    }
 }
 
-fn window(row: &AnyRow, start: &str, end: &str) -> Result<SaleWindow, sqlx::Error> {
-    SaleWindow::new(row.try_get(start)?, row.try_get(end)?).map_err(|_| decode_error(start))
+impl Columns for rusqlite::Row<'_> {
+    type Error = rusqlite::Error;
+    fn int(&self, column: &str) -> rusqlite::Result<i64> {
+        self.get(column)
+    }
+    fn maybe_int(&self, column: &str) -> rusqlite::Result<Option<i64>> {
+        self.get(column)
+    }
+    fn text(&self, column: &str) -> rusqlite::Result<String> {
+        self.get(column)
+    }
+    fn invalid(&self, column: &str) -> rusqlite::Error {
+        let index = self.as_ref().column_index(column).unwrap_or_default();
+        let reason = format!("invalid {column} in database");
+        rusqlite::Error::FromSqlConversionFailure(index, Type::Integer, reason.into())
+    }
 }
 
-fn quantity(row: &AnyRow, column: &str) -> Result<Quantity, sqlx::Error> {
-    Quantity::parse(row.try_get(column)?).map_err(|_| decode_error(column))
+fn money<R: Columns>(row: &R, column: &str) -> Result<Money, R::Error> {
+    Money::from_cents(row.int(column)?).map_err(|_| row.invalid(column))
 }
 
-pub fn product(row: &AnyRow) -> Result<Product, sqlx::Error> {
+fn window<R: Columns>(row: &R, start: &str, end: &str) -> Result<SaleWindow, R::Error> {
+    SaleWindow::new(row.int(start)?, row.int(end)?).map_err(|_| row.invalid(start))
+}
+
+fn quantity<R: Columns>(row: &R, column: &str) -> Result<Quantity, R::Error> {
+    Quantity::parse(row.int(column)?).map_err(|_| row.invalid(column))
+}
+
+pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
     Ok(Product {
-        id: ProductId(row.try_get("id")?),
-        event_id: row.try_get("event_id")?,
-        name: row.try_get("name")?,
-        image_url: row.try_get("image_url")?,
+        id: ProductId(row.int("id")?),
+        event_id: row.maybe_int("event_id")?,
+        name: row.text("name")?,
+        image_url: row.text("image_url")?,
         original_price: money(row, "original_price_cents")?,
         sale_price: money(row, "sale_price_cents")?,
-        stock_total: row.try_get("stock_total")?,
-        stock: row.try_get("stock")?,
+        stock_total: row.int("stock_total")?,
+        stock: row.int("stock")?,
         per_user_limit: quantity(row, "per_user_limit")?.get(),
         window: window(row, "sale_starts_at", "sale_ends_at")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
+        created_at: row.int("created_at")?,
+        updated_at: row.int("updated_at")?,
     })
 }
 
-pub fn order(row: &AnyRow) -> Result<Order, sqlx::Error> {
-    let status: String = row.try_get("status")?;
+pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
+    let status = row.text("status")?;
     Ok(Order {
-        id: OrderId(row.try_get("id")?),
-        user_id: UserId(row.try_get("user_id")?),
-        product_id: ProductId(row.try_get("product_id")?),
-        product_name: row.try_get("product_name")?,
+        id: OrderId(row.int("id")?),
+        user_id: UserId(row.int("user_id")?),
+        product_id: ProductId(row.int("product_id")?),
+        product_name: row.text("product_name")?,
         unit_price: money(row, "unit_price_cents")?,
         quantity: quantity(row, "quantity")?,
         total: money(row, "total_cents")?,
-        status: OrderStatus::parse(&status).ok_or_else(|| decode_error("status"))?,
-        created_at: row.try_get("created_at")?,
-        pay_before: row.try_get("pay_before")?,
-        paid_at: row.try_get("paid_at")?,
-        cancelled_at: row.try_get("cancelled_at")?,
+        status: OrderStatus::parse(&status).ok_or_else(|| row.invalid("status"))?,
+        created_at: row.int("created_at")?,
+        pay_before: row.int("pay_before")?,
+        paid_at: row.maybe_int("paid_at")?,
+        cancelled_at: row.maybe_int("cancelled_at")?,
     })
 }
 
-pub fn event(row: &AnyRow) -> Result<SaleEvent, sqlx::Error> {
+pub fn event<R: Columns>(row: &R) -> Result<SaleEvent, R::Error> {
     Ok(SaleEvent {
-        id: row.try_get("id")?,
-        title: row.try_get("title")?,
+        id: row.int("id")?,
+        title: row.text("title")?,
         window: window(row, "starts_at", "ends_at")?,
     })
 }
 
-pub fn user(row: &AnyRow) -> Result<UserRecord, sqlx::Error> {
+pub fn user<R: Columns>(row: &R) -> Result<UserRecord, R::Error> {
     Ok(UserRecord {
-        id: UserId(row.try_get("id")?),
-        username: row.try_get("username")?,
-        password_hash: row.try_get("password_hash")?,
+        id: UserId(row.int("id")?),
+        username: row.text("username")?,
+        password_hash: row.text("password_hash")?,
     })
 }
