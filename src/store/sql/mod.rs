@@ -35,13 +35,14 @@ use tokio::runtime::RuntimeFlavor;
 
 /// The SQL [`Store`].
 pub struct SqlStore {
-    /// Reads, and writes too on a database server.
+    /// Reads (but SQLite's of orders), and writes too on a database server.
     pool: AnyPool,
-    /// Writes. On SQLite one connection that is never shared, for every write but order
-    /// batches: the file has a single writer anyway, and a connection that alone writes keeps
-    /// its page cache and prepared statements warm; writers taking turns on pooled connections
-    /// made each one re-read the pages the previous one had changed. Order batches hold this
-    /// one connection while they write, so the two take turns at the file's write lock.
+    /// Writes. On SQLite one connection that is never shared, for every write but orders,
+    /// payments and cancels: the file has a single writer anyway, and a connection that alone
+    /// writes keeps its page cache and prepared statements warm; writers taking turns on
+    /// pooled connections made each one re-read the pages the previous one had changed.
+    /// SQLite's own writing connection holds this one while it writes, so the two take turns
+    /// at the file's write lock.
     writer: AnyPool,
     /// What SQLite needs beside sqlx. `None` on a database server.
     sqlite: Option<SqliteFile>,
@@ -153,7 +154,8 @@ impl Statements {
 
 type AnyQuery<'q> = Query<'q, Any, AnyArguments>;
 
-// Statements SQLite's own connection runs too ([`SqliteOrders`]), spelled once for both.
+// Statements SQLite's own connections run too ([`SqliteOrders`], [`SqliteReads`]), spelled once
+// for both drivers.
 const TAKE_STOCK: &str = "UPDATE products SET stock = stock - ? WHERE id = ? AND stock >= ?";
 const MARK_PAID: &str = "UPDATE orders SET status = 'paid', paid_at = ? \
     WHERE id = ? AND status = 'awaiting_payment' AND pay_before > ?";
