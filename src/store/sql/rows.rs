@@ -6,8 +6,8 @@ use crate::domain::{
 };
 use crate::store::UserRecord;
 use rusqlite::types::Type;
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{Column, Row};
 
 /// Column lists as macros, so each statement can be spelled out once with `concat!`.
 macro_rules! product_columns {
@@ -24,110 +24,173 @@ macro_rules! order_columns {
 }
 pub(super) use {order_columns, product_columns};
 
-/// A row of either driver, read column by column: sqlx's for every database, SQLite's own for
-/// its point reads (see `SqliteReads`). One decoder per domain type serves both.
+/// A row of either driver, read by position: sqlx's for every database, SQLite's own for its
+/// reads of orders (see `SqliteReads`). One decoder per domain type serves both.
 pub trait Columns {
     type Error;
-    fn int(&self, column: &str) -> Result<i64, Self::Error>;
-    fn maybe_int(&self, column: &str) -> Result<Option<i64>, Self::Error>;
-    fn text(&self, column: &str) -> Result<String, Self::Error>;
+    fn int(&self, at: usize) -> Result<i64, Self::Error>;
+    fn maybe_int(&self, at: usize) -> Result<Option<i64>, Self::Error>;
+    fn text(&self, at: usize) -> Result<String, Self::Error>;
+    /// The column's name, as the statement gives it.
+    fn name(&self, at: usize) -> &str;
     /// A value that breaks a domain rule.
-    fn invalid(&self, column: &str) -> Self::Error;
+    fn invalid(&self, at: usize) -> Self::Error;
 }
 
 impl Columns for AnyRow {
     type Error = sqlx::Error;
-    fn int(&self, column: &str) -> Result<i64, sqlx::Error> {
-        self.try_get(column)
+    fn int(&self, at: usize) -> Result<i64, sqlx::Error> {
+        self.try_get(at)
     }
-    fn maybe_int(&self, column: &str) -> Result<Option<i64>, sqlx::Error> {
-        self.try_get(column)
+    fn maybe_int(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(at)
     }
-    fn text(&self, column: &str) -> Result<String, sqlx::Error> {
-        self.try_get(column)
+    fn text(&self, at: usize) -> Result<String, sqlx::Error> {
+        self.try_get(at)
     }
-    fn invalid(&self, column: &str) -> sqlx::Error {
-        sqlx::Error::Decode(format!("invalid {column} in database").into())
+    fn name(&self, at: usize) -> &str {
+        self.columns().get(at).map_or("", |column| column.name())
+    }
+    fn invalid(&self, at: usize) -> sqlx::Error {
+        sqlx::Error::Decode(format!("invalid {} in database", self.name(at)).into())
     }
 }
 
 impl Columns for rusqlite::Row<'_> {
     type Error = rusqlite::Error;
-    fn int(&self, column: &str) -> rusqlite::Result<i64> {
-        self.get(column)
+    fn int(&self, at: usize) -> rusqlite::Result<i64> {
+        self.get(at)
     }
-    fn maybe_int(&self, column: &str) -> rusqlite::Result<Option<i64>> {
-        self.get(column)
+    fn maybe_int(&self, at: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(at)
     }
-    fn text(&self, column: &str) -> rusqlite::Result<String> {
-        self.get(column)
+    fn text(&self, at: usize) -> rusqlite::Result<String> {
+        self.get(at)
     }
-    fn invalid(&self, column: &str) -> rusqlite::Error {
-        let index = self.as_ref().column_index(column).unwrap_or_default();
-        let reason = format!("invalid {column} in database");
-        rusqlite::Error::FromSqlConversionFailure(index, Type::Integer, reason.into())
+    fn name(&self, at: usize) -> &str {
+        self.as_ref().column_name(at).unwrap_or("")
+    }
+    fn invalid(&self, at: usize) -> rusqlite::Error {
+        let reason = format!("invalid {} in database", self.name(at));
+        rusqlite::Error::FromSqlConversionFailure(at, Type::Integer, reason.into())
     }
 }
 
-fn money<R: Columns>(row: &R, column: &str) -> Result<Money, R::Error> {
-    Money::from_cents(row.int(column)?).map_err(|_| row.invalid(column))
+/// Reads a row's columns one after another, in the order its statement lists them. Each read
+/// names the column it expects, which debug builds check. By position, because a lookup by
+/// name costs a search through the columns, each a call into SQLite for its own rows.
+struct Cursor<'r, R> {
+    row: &'r R,
+    next: usize,
 }
 
-fn window<R: Columns>(row: &R, start: &str, end: &str) -> Result<SaleWindow, R::Error> {
-    SaleWindow::new(row.int(start)?, row.int(end)?).map_err(|_| row.invalid(start))
-}
+impl<'r, R: Columns> Cursor<'r, R> {
+    fn new(row: &'r R) -> Self {
+        Self { row, next: 0 }
+    }
 
-fn quantity<R: Columns>(row: &R, column: &str) -> Result<Quantity, R::Error> {
-    Quantity::parse(row.int(column)?).map_err(|_| row.invalid(column))
+    fn at(&mut self, column: &str) -> usize {
+        let at = self.next;
+        self.next += 1;
+        debug_assert_eq!(self.row.name(at), column, "column {at} read as {column}");
+        at
+    }
+
+    fn int(&mut self, column: &str) -> Result<i64, R::Error> {
+        let at = self.at(column);
+        self.row.int(at)
+    }
+
+    fn maybe_int(&mut self, column: &str) -> Result<Option<i64>, R::Error> {
+        let at = self.at(column);
+        self.row.maybe_int(at)
+    }
+
+    fn text(&mut self, column: &str) -> Result<String, R::Error> {
+        let at = self.at(column);
+        self.row.text(at)
+    }
+
+    /// A value checked by a domain rule: `rule` refuses it.
+    fn checked<T, E>(
+        &mut self,
+        column: &str,
+        rule: impl FnOnce(i64) -> Result<T, E>,
+    ) -> Result<T, R::Error> {
+        let at = self.at(column);
+        rule(self.row.int(at)?).map_err(|_| self.row.invalid(at))
+    }
+
+    fn money(&mut self, column: &str) -> Result<Money, R::Error> {
+        self.checked(column, Money::from_cents)
+    }
+
+    fn quantity(&mut self, column: &str) -> Result<Quantity, R::Error> {
+        self.checked(column, Quantity::parse)
+    }
+
+    fn window(&mut self, start: &str, end: &str) -> Result<SaleWindow, R::Error> {
+        let starts = self.int(start)?;
+        let at = self.at(end);
+        let ends = self.row.int(at)?;
+        SaleWindow::new(starts, ends).map_err(|_| self.row.invalid(at))
+    }
 }
 
 pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
+    let mut c = Cursor::new(row);
     Ok(Product {
-        id: ProductId(row.int("id")?),
-        event_id: row.maybe_int("event_id")?,
-        name: row.text("name")?,
-        image_url: row.text("image_url")?,
-        original_price: money(row, "original_price_cents")?,
-        sale_price: money(row, "sale_price_cents")?,
-        stock_total: row.int("stock_total")?,
-        stock: row.int("stock")?,
-        per_user_limit: quantity(row, "per_user_limit")?.get(),
-        window: window(row, "sale_starts_at", "sale_ends_at")?,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
+        id: ProductId(c.int("id")?),
+        event_id: c.maybe_int("event_id")?,
+        name: c.text("name")?,
+        image_url: c.text("image_url")?,
+        original_price: c.money("original_price_cents")?,
+        sale_price: c.money("sale_price_cents")?,
+        stock_total: c.int("stock_total")?,
+        stock: c.int("stock")?,
+        per_user_limit: c.quantity("per_user_limit")?.get(),
+        window: c.window("sale_starts_at", "sale_ends_at")?,
+        created_at: c.int("created_at")?,
+        updated_at: c.int("updated_at")?,
     })
 }
 
 pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
-    let status = row.text("status")?;
+    let mut c = Cursor::new(row);
     Ok(Order {
-        id: OrderId(row.int("id")?),
-        user_id: UserId(row.int("user_id")?),
-        product_id: ProductId(row.int("product_id")?),
-        product_name: row.text("product_name")?,
-        unit_price: money(row, "unit_price_cents")?,
-        quantity: quantity(row, "quantity")?,
-        total: money(row, "total_cents")?,
-        status: OrderStatus::parse(&status).ok_or_else(|| row.invalid("status"))?,
-        created_at: row.int("created_at")?,
-        pay_before: row.int("pay_before")?,
-        paid_at: row.maybe_int("paid_at")?,
-        cancelled_at: row.maybe_int("cancelled_at")?,
+        id: OrderId(c.int("id")?),
+        user_id: UserId(c.int("user_id")?),
+        product_id: ProductId(c.int("product_id")?),
+        product_name: c.text("product_name")?,
+        unit_price: c.money("unit_price_cents")?,
+        quantity: c.quantity("quantity")?,
+        total: c.money("total_cents")?,
+        status: {
+            let at = c.at("status");
+            let status = row.text(at)?;
+            OrderStatus::parse(&status).ok_or_else(|| row.invalid(at))?
+        },
+        created_at: c.int("created_at")?,
+        pay_before: c.int("pay_before")?,
+        paid_at: c.maybe_int("paid_at")?,
+        cancelled_at: c.maybe_int("cancelled_at")?,
     })
 }
 
 pub fn event<R: Columns>(row: &R) -> Result<SaleEvent, R::Error> {
+    let mut c = Cursor::new(row);
     Ok(SaleEvent {
-        id: row.int("id")?,
-        title: row.text("title")?,
-        window: window(row, "starts_at", "ends_at")?,
+        id: c.int("id")?,
+        title: c.text("title")?,
+        window: c.window("starts_at", "ends_at")?,
     })
 }
 
 pub fn user<R: Columns>(row: &R) -> Result<UserRecord, R::Error> {
+    let mut c = Cursor::new(row);
     Ok(UserRecord {
-        id: UserId(row.int("id")?),
-        username: row.text("username")?,
-        password_hash: row.text("password_hash")?,
+        id: UserId(c.int("id")?),
+        username: c.text("username")?,
+        password_hash: c.text("password_hash")?,
     })
 }
