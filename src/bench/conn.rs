@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use std::time::Duration;
@@ -46,6 +46,15 @@ impl Target {
     }
 }
 
+/// An answer: its status, the body, and how long the server asked to wait before trying again
+/// (`Retry-After`, in seconds).
+#[derive(Debug)]
+pub struct Received {
+    pub status: StatusCode,
+    pub body: Bytes,
+    pub retry_after: Option<Duration>,
+}
+
 /// Why a request got no answer.
 #[derive(Debug)]
 pub enum Failure {
@@ -75,7 +84,7 @@ impl Connection {
         method: Method,
         path: &str,
         token: Option<(&HeaderValue, Bytes)>,
-    ) -> Result<(StatusCode, Bytes), Failure> {
+    ) -> Result<Received, Failure> {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.target.prefix))
@@ -103,7 +112,7 @@ impl Connection {
         }
     }
 
-    async fn exchange(&mut self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), ()> {
+    async fn exchange(&mut self, request: Request<Full<Bytes>>) -> Result<Received, ()> {
         let sender = match &mut self.sender {
             Some(sender) if !sender.is_closed() => sender,
             _ => self.sender.insert(self.open().await?),
@@ -111,8 +120,17 @@ impl Connection {
         sender.ready().await.map_err(drop)?;
         let response = sender.send_request(request).await.map_err(drop)?;
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|seconds| seconds.to_str().ok()?.parse().ok())
+            .map(Duration::from_secs);
         let body = response.into_body().collect().await.map_err(drop)?;
-        Ok((status, body.to_bytes()))
+        Ok(Received {
+            status,
+            body: body.to_bytes(),
+            retry_after,
+        })
     }
 
     async fn open(&self) -> Result<SendRequest<Full<Bytes>>, ()> {

@@ -4,7 +4,7 @@
 //! every accepted order id is kept, for the checks.
 
 use super::Scenario;
-use super::conn::{Connection, Failure, Target};
+use super::conn::{Connection, Failure, Received, Target};
 use super::setup::Sale;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
@@ -252,14 +252,14 @@ struct ErrorReply<'a> {
 }
 
 /// What one request came back with: its status and body, or why there was none.
-struct Answer(Result<(StatusCode, Bytes), Failure>);
+struct Answer(Result<Received, Failure>);
 
 impl Answer {
     /// The body read as a reply (an empty one when there was no answer). Read only when the
     /// status does not say enough.
     fn reply(&self) -> Reply<'_> {
         match &self.0 {
-            Ok((_, body)) => serde_json::from_slice(body).unwrap_or_default(),
+            Ok(received) => serde_json::from_slice(&received.body).unwrap_or_default(),
             Err(_) => Reply::default(),
         }
     }
@@ -267,7 +267,7 @@ impl Answer {
     /// `accepted` (202), `ok`, the server's error code, `http_NNN`, or why there was no answer.
     fn outcome(&self) -> Cow<'_, str> {
         let status = match &self.0 {
-            Ok((status, _)) => status.as_u16(),
+            Ok(received) => received.status.as_u16(),
             Err(Failure::Timeout) => return Cow::Borrowed("timeout"),
             Err(Failure::Connection) => return Cow::Borrowed("connection_error"),
         };
@@ -281,10 +281,17 @@ impl Answer {
         }
     }
 
+    /// How long the server asked to wait before trying again, if it did.
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        self.0.as_ref().ok()?.retry_after
+    }
+
     /// The order a buy's `202` names (a buy that was not accepted names none).
     fn accepted_order(&self) -> Option<i64> {
         match &self.0 {
-            Ok((StatusCode::ACCEPTED, _)) => self.reply().order_id?.parse().ok(),
+            Ok(received) if received.status == StatusCode::ACCEPTED => {
+                self.reply().order_id?.parse().ok()
+            }
             _ => None,
         }
     }
@@ -309,7 +316,7 @@ impl Crowd {
                 break;
             }
             match (&self.plan.sale, self.plan.scenario) {
-                (Some(sale), Scenario::Mixed) => self.shop(sale, &mut slot).await,
+                (Some(sale), Scenario::Mixed) => self.shop(sale, &mut slot, deadline).await,
                 (Some(_), _) => {
                     self.buy(self.next_shopper(), &mut slot).await;
                 }
@@ -358,8 +365,10 @@ impl Crowd {
     }
 
     /// A shopper's visit: look at the product, buy, then pay half the orders and cancel a
-    /// quarter of them.
-    async fn shop(&self, sale: &Sale, slot: &mut Slot) {
+    /// quarter of them. Told to try again later (an order still on its way to the database
+    /// in cluster mode: `409 order_pending` with `Retry-After`), the shopper waits as asked and
+    /// tries again, while the run lasts.
+    async fn shop(&self, sale: &Sale, slot: &mut Slot, deadline: Instant) {
         let shopper = self.next_shopper();
         let product = format!("/api/v1/products/{}", sale.product.0);
         self.send(slot, "browse", Method::GET, &product, None).await;
@@ -374,15 +383,14 @@ impl Crowd {
             _ => return,
         };
         let path = format!("/api/v1/orders/{}/{action}", order.order);
-        let answer = self
-            .send(
-                slot,
-                action,
-                Method::POST,
-                &path,
-                Some((shopper, Bytes::new())),
-            )
-            .await;
+        let answer = loop {
+            let empty = Some((shopper, Bytes::new()));
+            let answer = self.send(slot, action, Method::POST, &path, empty).await;
+            match answer.retry_after() {
+                Some(wait) if Instant::now() + wait < deadline => tokio::time::sleep(wait).await,
+                _ => break answer,
+            }
+        };
         if action == "cancel" && answer.reply().status == Some("cancelled") {
             slot.tally.cancelled.push(order);
         }

@@ -55,3 +55,36 @@ async fn the_load_generator_refuses_a_database_the_server_does_not_use() {
     );
     assert!(!String::from_utf8_lossy(&output.stdout).contains("requests in"));
 }
+
+/// The mixed crowd pays and cancels for real on every backend. In cluster mode an order paid
+/// the moment it was bought is still on its way to the database (`409 order_pending`,
+/// `Retry-After: 1`): the shopper waits as told and tries again, so such answers are followed
+/// by more payments than visits that paid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mixed_crowd_pays_and_cancels_and_tries_again_when_told_to() {
+    let app = TestApp::spawn().await;
+    let crowd = ["--scenario", "mixed", "--users", "500"];
+    let bounds = ["--duration", "3s", "--concurrency", "8"];
+    let output = bench(&app, &app.db.url, &[crowd, bounds].concat()).await;
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(report.matches("PASS").count(), 5, "{report}");
+    let count = |line: &str| -> usize {
+        let found = report.lines().find(|l| l.starts_with(line));
+        found.map_or(0, |l| l.split_whitespace().last().unwrap().parse().unwrap())
+    };
+    assert!(count("pay ok") > 0 && count("cancel ok") > 0, "{report}");
+    if count("pay order_pending") > 0 {
+        // Visits 0 and 1 of every 4 pay: as many payment visits as that, give or take one.
+        let paying_visits = count("buy accepted").div_ceil(2) + 1;
+        let payments = count("pay ok") + count("pay order_pending");
+        assert!(
+            payments > paying_visits,
+            "no payment was tried again\n{report}"
+        );
+    }
+}
