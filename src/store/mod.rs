@@ -15,11 +15,11 @@ use async_trait::async_trait;
 /// A database failure. Always the server's problem, never the client's.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// Through sqlx: every statement on a database server, and all but order batches on SQLite.
+    /// Through sqlx: every statement on a database server; on SQLite, all but the orders'.
     #[error("database: {0}")]
     Sql(#[from] sqlx::Error),
-    /// Through SQLite's own API: order batches, payments and cancels in embedded mode (see
-    /// `sql::SqliteOrders`).
+    /// Through SQLite's own API: order batches, payments, cancels and reads of orders (see
+    /// `sql::SqliteOrders` and `sql::SqliteReads`).
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// A failure shared by every write of one batch (SQLite's payments and cancels).

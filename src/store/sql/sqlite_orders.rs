@@ -104,11 +104,10 @@ fn apply_one(tx: &Transaction<'_>, change: StatusChange) -> rusqlite::Result<boo
             Ok(paid == 1)
         }
         StatusChange::Cancel { id, at } => {
-            if tx
+            let cancelled = tx
                 .prepare_cached(CANCEL_ORDER)?
-                .execute(params![at, id.0])?
-                == 0
-            {
+                .execute(params![at, id.0])?;
+            if cancelled == 0 {
                 return Ok(false);
             }
             let (product, units): (i64, i64) = tx
