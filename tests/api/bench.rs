@@ -20,19 +20,26 @@ async fn bench(app: &TestApp, database: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_load_generator_sells_out_a_test_server_and_finds_every_invariant_holding() {
+/// `seckill bench ARGS` (space-separated) against a fresh test server: its report, once it has
+/// passed all five checks.
+async fn passing_bench(args: &str) -> String {
     let app = TestApp::spawn().await;
-    let crowd = ["--scenario", "sellout", "--users", "2000"];
-    let bounds = ["--duration", "1s", "--concurrency", "16"];
-    let output = bench(&app, &app.db.url, &[crowd, bounds].concat()).await;
-    let report = String::from_utf8_lossy(&output.stdout);
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let output = bench(&app, &app.db.url, &args).await;
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "{report}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(report.matches("PASS").count(), 5, "{report}");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_sells_out_a_test_server_and_finds_every_invariant_holding() {
+    let report =
+        passing_bench("--scenario sellout --users 2000 --concurrency 16 --duration 1s").await;
     assert!(
         report.contains("buy accepted") && report.contains("buy sold_out"),
         "{report}"
@@ -63,17 +70,7 @@ async fn the_load_generator_refuses_a_database_the_server_does_not_use() {
 /// than visits that made one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mixed_crowd_pays_and_cancels_and_tries_again_when_told_to() {
-    let app = TestApp::spawn().await;
-    let crowd = ["--scenario", "mixed", "--users", "500"];
-    let bounds = ["--duration", "3s", "--concurrency", "8"];
-    let output = bench(&app, &app.db.url, &[crowd, bounds].concat()).await;
-    let report = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{report}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(report.matches("PASS").count(), 5, "{report}");
+    let report = passing_bench("--scenario mixed --users 500 --concurrency 8 --duration 3s").await;
     let count = |line: &str| -> usize {
         let found = report.lines().find(|l| l.starts_with(line));
         found.map_or(0, |l| l.split_whitespace().last().unwrap().parse().unwrap())
