@@ -7,12 +7,11 @@
 //! spent more time switching than SQLite spent storing. Here a batch is one call that runs
 //! its statements in place, each prepared once and kept.
 
-use super::status_batches::{StatusBatches, StatusChange};
-use super::{CANCEL_ORDER, MARK_PAID, RETURN_STOCK, TAKE_STOCK, in_place, units_of};
+use super::status_batches::StatusChange;
+use super::{CANCEL_ORDER, MARK_PAID, RETURN_STOCK, TAKE_STOCK, units_of};
 use crate::domain::{Order, ProductId};
-use crate::store::{Persisted, StoreResult};
+use crate::store::Persisted;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
-use sqlx::AnyPool;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -34,8 +33,6 @@ const UNITS_OF_ORDER: &str = "SELECT product_id, quantity FROM orders WHERE id =
 /// for the life of the process.
 pub struct SqliteOrders {
     conn: Mutex<Connection>,
-    /// Payments and cancels waiting to be written together.
-    changes: StatusBatches,
 }
 
 impl SqliteOrders {
@@ -51,7 +48,6 @@ impl SqliteOrders {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(Self {
             conn: Mutex::new(conn),
-            changes: StatusBatches::default(),
         })
     }
 
@@ -69,21 +65,10 @@ impl SqliteOrders {
         Ok(outcomes)
     }
 
-    /// Applies a payment or a cancel, in one transaction with every other one waiting, once
-    /// the file's write lock is this process's turn (`turn`, the sqlx writer's one
-    /// connection). Whether it was applied; like every write here, it is on disk only once
-    /// the log is synced.
-    pub async fn settle(&self, change: StatusChange, turn: &AnyPool) -> StoreResult<bool> {
-        let write = |changes: Vec<StatusChange>| async move {
-            let _turn = turn.acquire().await?;
-            Ok(in_place(|| self.apply(&changes))?)
-        };
-        self.changes.settle(change, write).await
-    }
-
-    /// Each change in order, as one transaction: a conditional update that applies only to an
-    /// order awaiting payment, as on every database, and for a cancel its units back on sale.
-    fn apply(&self, changes: &[StatusChange]) -> rusqlite::Result<Vec<bool>> {
+    /// Applies payments and cancels in one transaction, each in order: a conditional update
+    /// that applies only to an order awaiting payment, as on every database, and for a cancel
+    /// its units back on sale. Whether each was applied.
+    pub fn settle(&self, changes: &[StatusChange]) -> rusqlite::Result<Vec<bool>> {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let applied = changes
