@@ -43,14 +43,7 @@ impl Catalog {
 
     /// The newest rows of an event's products, in sale order (as the database lists them).
     pub fn rows_of_event(&self, event: i64) -> Vec<Arc<Product>> {
-        let mut rows: Vec<_> = self
-            .rows
-            .read()
-            .expect("catalog lock poisoned")
-            .values()
-            .filter(|product| product.event_id == Some(event))
-            .cloned()
-            .collect();
+        let mut rows = cloned_where(&self.rows, |product| product.event_id == Some(event));
         rows.sort_by_key(|product| (product.window.start, product.id));
         rows
     }
@@ -62,13 +55,7 @@ impl Catalog {
 
     /// Every sale event, in the order the database lists them (by start, then id).
     pub fn events(&self) -> Vec<SaleEvent> {
-        let mut events: Vec<_> = self
-            .events
-            .read()
-            .expect("catalog lock poisoned")
-            .values()
-            .cloned()
-            .collect();
+        let mut events = cloned_where(&self.events, |_| true);
         events.sort_by_key(|event| (event.window.start, event.id));
         events
     }
@@ -174,4 +161,10 @@ impl Catalog {
 /// The value under `key`, cloned out of the map's read lock.
 fn cloned<K: Eq + Hash, V: Clone>(map: &RwLock<HashMap<K, V>>, key: &K) -> Option<V> {
     map.read().expect("catalog lock poisoned").get(key).cloned()
+}
+
+/// The values that pass `keep`, cloned out of the map's read lock, in no particular order.
+fn cloned_where<K, V: Clone>(map: &RwLock<HashMap<K, V>>, keep: impl Fn(&V) -> bool) -> Vec<V> {
+    let map = map.read().expect("catalog lock poisoned");
+    map.values().filter(|value| keep(value)).cloned().collect()
 }
