@@ -320,9 +320,14 @@ impl Crowd {
                 (Some(_), _) => {
                     self.buy(self.next_shopper(), &mut slot).await;
                 }
-                (None, _) => {
+                (None, scenario) => {
                     self.send(&mut slot, "healthz", Method::GET, "/healthz", None)
                         .await;
+                    if scenario == Scenario::Hold {
+                        // The connection stays open, idle, until the run ends.
+                        tokio::time::sleep_until(deadline).await;
+                        break;
+                    }
                 }
             }
         }

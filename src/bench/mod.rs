@@ -69,6 +69,10 @@ pub enum Scenario {
     Mixed,
     /// `GET /healthz` only: the HTTP ceiling of the same server, to compare against.
     Ceiling,
+    /// Every slot opens its connection with one `GET /healthz`, then keeps it open and idle
+    /// until the run ends: a crowd with the sale page open, waiting for the start. What the
+    /// server's memory holds meanwhile is for the caller to read (`scripts/bench` does).
+    Hold,
 }
 
 impl Scenario {
@@ -76,14 +80,19 @@ impl Scenario {
         match self {
             Self::Sellout => (users as i64 / 100).max(1),
             Self::Soldout => 1,
-            Self::Throughput | Self::Mixed | Self::Ceiling => 100_000_000,
+            Self::Throughput | Self::Mixed | Self::Ceiling | Self::Hold => 100_000_000,
         }
+    }
+
+    /// Whether the crowd buys, so a sale must be put on first.
+    fn buys(self) -> bool {
+        !matches!(self, Self::Ceiling | Self::Hold)
     }
 
     fn per_user_limit(self) -> u32 {
         match self {
             Self::Sellout | Self::Soldout => 1,
-            Self::Throughput | Self::Mixed | Self::Ceiling => 100,
+            Self::Throughput | Self::Mixed | Self::Ceiling | Self::Hold => 100,
         }
     }
 }
@@ -123,11 +132,11 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let stock = args
         .stock
         .unwrap_or_else(|| args.scenario.stock(args.users));
-    let sale = if args.scenario == Scenario::Ceiling {
-        None
-    } else {
+    let sale = if args.scenario.buys() {
         let limit = args.scenario.per_user_limit();
         Some(setup::prepare(&config, &client, &base, args.users, stock, limit).await?)
+    } else {
+        None
     };
     let plan = load::Plan {
         scenario: args.scenario,
@@ -139,6 +148,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let outcome = load::drive(target, plan).await?;
     let checks = match (&sale, args.no_verify) {
         (Some(sale), false) => verify::check_sale(sale, &outcome).await?,
+        _ if args.scenario == Scenario::Hold => {
+            vec![verify::check_held(args.concurrency, &outcome)]
+        }
         _ => Vec::new(),
     };
     let report = report::Report::new(&args, &base, sale.as_ref(), &outcome, checks);

@@ -99,6 +99,19 @@ pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Ch
     ])
 }
 
+/// The `hold` scenario's one check: every connection was answered, then held to the end.
+pub fn check_held(connections: usize, outcome: &Outcome) -> Check {
+    let answered = outcome.count("healthz", "ok");
+    check(
+        "every connection held",
+        answered == connections as u64,
+        format!(
+            "{answered} of {connections} connections answered, then held until {:.1} s",
+            outcome.elapsed.as_secs_f64()
+        ),
+    )
+}
+
 /// Each buyer's units in stored orders, once their total reaches `expected`, or once it has
 /// stopped changing for 5 s after it began to. Until the first order is stored the wait lasts
 /// up to [`DRAIN_TIMEOUT`]: the workers may start only when the crowd has stopped.

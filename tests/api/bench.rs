@@ -21,8 +21,8 @@ async fn bench(app: &TestApp, database: &str, args: &[&str]) -> Output {
 }
 
 /// `seckill bench ARGS` (space-separated) against a fresh test server: its report, once it has
-/// passed all five checks.
-async fn passing_bench(args: &str) -> String {
+/// passed all `checks` checks.
+async fn passing_bench(args: &str, checks: usize) -> String {
     let app = TestApp::spawn().await;
     let args: Vec<&str> = args.split_whitespace().collect();
     let output = bench(&app, &app.db.url, &args).await;
@@ -32,18 +32,34 @@ async fn passing_bench(args: &str) -> String {
         "{report}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(report.matches("PASS").count(), 5, "{report}");
+    assert_eq!(report.matches("PASS").count(), checks, "{report}");
     report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_generator_sells_out_a_test_server_and_finds_every_invariant_holding() {
-    let report =
-        passing_bench("--scenario sellout --users 2000 --concurrency 16 --duration 1s").await;
+    let report = passing_bench(
+        "--scenario sellout --users 2000 --concurrency 16 --duration 1s",
+        5,
+    )
+    .await;
     assert!(
         report.contains("buy accepted") && report.contains("buy sold_out"),
         "{report}"
     );
+}
+
+/// The `hold` crowd makes one request per connection and keeps it open, idle, to the end: what
+/// a crowd waiting for the start costs the server's memory (`scripts/bench` reads it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holding_crowd_asks_once_per_connection_and_holds_it_to_the_end() {
+    let report = passing_bench("--scenario hold --concurrency 300 --duration 1500ms", 1).await;
+    assert!(report.contains(": 300 requests in "), "{report}");
+    let held = report
+        .lines()
+        .find_map(|l| l.split_once("connections answered, then held until "))
+        .and_then(|(_, rest)| rest.trim_end_matches(" s").parse::<f64>().ok());
+    assert!(held.is_some_and(|s| s >= 1.5), "{report}");
 }
 
 /// Checks read from a database the server does not use would all fail after the crowd, with
@@ -70,7 +86,11 @@ async fn the_load_generator_refuses_a_database_the_server_does_not_use() {
 /// than visits that made one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mixed_crowd_pays_and_cancels_and_tries_again_when_told_to() {
-    let report = passing_bench("--scenario mixed --users 500 --concurrency 8 --duration 3s").await;
+    let report = passing_bench(
+        "--scenario mixed --users 500 --concurrency 8 --duration 3s",
+        5,
+    )
+    .await;
     let count = |line: &str| -> usize {
         let found = report.lines().find(|l| l.starts_with(line));
         found.map_or(0, |l| l.split_whitespace().last().unwrap().parse().unwrap())
