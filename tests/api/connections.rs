@@ -1,8 +1,11 @@
 //! The server loop on raw sockets: idle keep-alive connections are parked and woken without a
-//! byte lost, closed ones end, and a stop does not wait for parked ones.
+//! byte lost, closed ones end, and a stop does not wait for parked ones. A crowded server parks
+//! connections between any two requests, again without a byte lost.
 
 use crate::helpers::TestApp;
-use seckill::http::serve::{PARK_AFTER, listen};
+use axum::Router;
+use axum::routing::{get, post};
+use seckill::http::serve::{PARK_AFTER, listen, serve_crowd};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -163,4 +166,74 @@ async fn a_thousand_connections_arriving_at_once_all_get_through() {
         "handshakes dropped (the kernel caps the queue at net.core.somaxconn = {})",
         somaxconn.trim()
     );
+}
+
+/// A server that is always crowded (it parks every connection as soon as it is between
+/// requests), answering `GET /healthz` and `POST /echo` of `hello world` as the real `/healthz`
+/// does. Its address; it stops with the test's runtime.
+fn crowded_server() -> String {
+    const OK: &str = "{\"status\":\"ok\"}";
+    let router = Router::new().route("/healthz", get(|| async { OK })).route(
+        "/echo",
+        post(|body: String| async move { if body == "hello world" { OK } else { "wrong" } }),
+    );
+    let listener = listen(([127, 0, 0, 1], 0).into()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve_crowd(listener, router, std::future::pending(), 0));
+    addr.to_string()
+}
+
+#[tokio::test]
+async fn a_crowded_server_parks_between_requests_without_losing_a_byte() {
+    let mut stream = TcpStream::connect(crowded_server()).await.unwrap();
+    let mut answers = String::new();
+    // One after another, then two in one write.
+    for _ in 0..3 {
+        stream.write_all(HEALTHZ).await.unwrap();
+        answers += &healthy(&mut stream).await;
+    }
+    stream
+        .write_all(&[HEALTHZ, HEALTHZ].concat())
+        .await
+        .unwrap();
+    answers += &healthy_times(&mut stream, 2).await;
+    // A request in pieces, and one whose body comes after its head.
+    for piece in HEALTHZ.chunks(HEALTHZ.len() / 4 + 1) {
+        stream.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    answers += &healthy(&mut stream).await;
+    let head = b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 11\r\n\r\n";
+    stream.write_all(head).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.write_all(b"hello world").await.unwrap();
+    answers += &healthy(&mut stream).await;
+    // A whole request and the first half of the next, then the rest.
+    let (first, rest) = HEALTHZ.split_at(10);
+    stream.write_all(&[HEALTHZ, first].concat()).await.unwrap();
+    answers += &healthy(&mut stream).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.write_all(rest).await.unwrap();
+    answers += &healthy(&mut stream).await;
+    assert!(!answers.contains("connection: close"), "{answers}");
+}
+
+/// Many shoppers at once, each asking a few times on its own connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowded_server_answers_every_request_of_a_crowd() {
+    let addr = crowded_server();
+    let mut shoppers = JoinSet::new();
+    for _ in 0..200 {
+        let addr = addr.clone();
+        shoppers.spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            for _ in 0..5 {
+                stream.write_all(HEALTHZ).await.unwrap();
+                healthy(&mut stream).await;
+            }
+        });
+    }
+    while let Some(shopper) = shoppers.join_next().await {
+        shopper.unwrap();
+    }
 }
