@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 use std::any::Any;
+use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
@@ -17,7 +18,7 @@ use tower_http::trace::TraceLayer;
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     // The API's routes carry their full `/api/v1/...` paths rather than being nested: a
     // nested router rewrites every request's URI on the way in, on the buy path too.
-    Router::new()
+    let routes = Router::new()
         .merge(api::sessions::router())
         .merge(api::catalog::router())
         .merge(api::orders::router())
@@ -28,20 +29,26 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .fallback(no_route)
         // Applies to the routes above only: add new routes before it.
         .method_not_allowed_fallback(wrong_method)
-        .with_state(state)
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(SetResponseHeaderLayer::if_not_present(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
+        .with_state(state);
+    // The layers wrap the routes once, outermost first. (`Router::layer` would wrap each
+    // route in each layer, boxed: a request then cloned every box under every layer, 21
+    // allocations, before its handler ran.)
+    let layered = ServiceBuilder::new()
+        .layer(CatchPanicLayer::custom(panic_to_500))
+        .layer(TraceLayer::new_for_http())
         .layer(SetResponseHeaderLayer::if_not_present(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(
                 "default-src 'self'; img-src 'self' data: https:; frame-ancestors 'none'",
             ),
         ))
-        .layer(TraceLayer::new_for_http())
-        .layer(CatchPanicLayer::custom(panic_to_500))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .service(routes);
+    Router::new().fallback_service(layered)
 }
 
 async fn healthz() -> AppJson<serde_json::Value> {

@@ -129,3 +129,36 @@ async fn the_sale_page_tells_a_buyer_who_reached_the_limit_instead_of_offering_t
     let html = page(cookie).await;
     assert!(html.contains("data-held") && html.contains("已购买"));
 }
+
+/// Every answer, of a page, the API, an asset or no route at all, tells browsers not to guess
+/// content types and where a page may load from.
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() {
+    let app = TestApp::spawn().await;
+    for (method, path, status) in [
+        ("GET", "/", StatusCode::OK),
+        ("GET", "/healthz", StatusCode::OK),
+        ("GET", "/static/app.css", StatusCode::OK),
+        ("POST", "/api/v1/orders", StatusCode::UNAUTHORIZED),
+        ("GET", "/no/such/route", StatusCode::NOT_FOUND),
+        ("DELETE", "/healthz", StatusCode::METHOD_NOT_ALLOWED),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = app
+            .client
+            .request(method.clone(), app.url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{method} {path}");
+        let headers = response.headers();
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert!(
+            headers["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("frame-ancestors 'none'"),
+            "{method} {path}"
+        );
+    }
+}
