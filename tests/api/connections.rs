@@ -218,6 +218,27 @@ async fn a_crowded_server_parks_between_requests_without_losing_a_byte() {
     assert!(!answers.contains("connection: close"), "{answers}");
 }
 
+/// A client that asks for the connection to be closed gets its answer, then the close, crowded
+/// or not (HTTP/1.0 closes by default).
+#[tokio::test]
+async fn a_crowded_server_closes_connections_whose_clients_ask_it_to() {
+    let addr = crowded_server();
+    for request in [
+        &b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"[..],
+        b"GET /healthz HTTP/1.0\r\n\r\n",
+    ] {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        let mut answer = Vec::new();
+        timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+            .await
+            .expect("closed within 5 s")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.ends_with("{\"status\":\"ok\"}"), "{answer}");
+    }
+}
+
 /// Many shoppers at once, each asking a few times on its own connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowded_server_answers_every_request_of_a_crowd() {
