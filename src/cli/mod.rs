@@ -82,25 +82,38 @@ fn init_tracing() {
         .init();
 }
 
-/// Completes on SIGINT or SIGTERM: the signal to finish the work in hand and exit.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// A future that completes on SIGINT or SIGTERM: the signal to finish the work in hand and exit.
+/// The handlers are registered here, at the call, not when the future is first awaited: a
+/// process registers before it starts working, so a signal that arrives while it is starting
+/// or working is caught, where the default action would end it on the spot.
+fn shutdown_signal() -> impl Future<Output = ()> + Send {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (mut interrupt, mut terminate) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+    async move {
+        #[cfg(unix)]
+        tokio::select! {
+            () = delivery(&mut interrupt) => {},
+            () = delivery(&mut terminate) => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing the work in flight");
     }
-    tracing::info!("shutting down: finishing the work in flight");
+}
+
+/// The next delivery of a registered signal; never, if it could not be registered.
+#[cfg(unix)]
+async fn delivery(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
 }

@@ -27,6 +27,8 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
         config.http_addr = addr;
     }
     config.run_worker |= args.worker;
+    // Registered before any work starts (see `shutdown_signal`).
+    let stop = super::shutdown_signal();
     if args.demo {
         let store = crate::app::open_store(&config).await?;
         crate::demo::seed(&store, SystemClock.now_ms()).await?;
@@ -51,7 +53,7 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     if args.demo {
         print_demo_logins();
     }
-    app.serve(listener, super::shutdown_signal()).await
+    app.serve(listener, stop).await
 }
 
 /// Prints the demo shoppers' logins.

@@ -15,6 +15,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
              its orders itself"
         );
     }
+    // Registered before any work starts: a SIGTERM that comes early still means "finish the
+    // batches in hand", not an abrupt end.
+    let stop = super::shutdown_signal();
     let mut core = Core::build(&config, Arc::new(SystemClock)).await?;
     core.start_scheduler();
     let Some(worker) = core.start_worker(&config).await? else {
@@ -24,7 +27,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         "seckill worker is storing orders (database {})",
         crate::redact::url(&config.database_url)
     );
-    super::shutdown_signal().await;
+    stop.await;
     worker.stop().await;
     core.stop().await;
     Ok(())
