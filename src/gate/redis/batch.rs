@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 /// at a time) and its argument list.
 const MAX_BUYS: usize = 128;
 
-/// A buy waiting for its batch: the script's five arguments for it, and where its answer goes.
+/// A buy waiting for its batch: the script's four arguments for it, and where its answer goes.
 /// The order is encoded by its buyer's own task, not by the product's one batch task, which
 /// every buy of the product passes through.
 struct Pending {
@@ -25,7 +25,6 @@ struct Pending {
     units: u32,
     now: Millis,
     encoded: String,
-    id: i64,
     answer: oneshot::Sender<Result<i64, GateError>>,
 }
 
@@ -58,7 +57,6 @@ impl ReserveBatches {
             units: order.quantity.get(),
             now,
             encoded: order.encode(),
-            id: order.id.0,
             answer,
         };
         let stopped = || GateError::Unavailable(anyhow::anyhow!("the stock gate is shutting down"));
@@ -99,23 +97,29 @@ async fn send_batches(
         // A buyer who left before the call has nothing sent for them: no order, no stock taken.
         batch.retain(|pending| !pending.answer.is_closed());
         if !batch.is_empty() {
-            reserve_batch(&mut redis, &keys, std::mem::take(&mut batch)).await;
+            let call = rand::random();
+            reserve_batch(&mut redis, &keys, call, std::mem::take(&mut batch)).await;
         }
     }
 }
 
 /// One script call for `batch`, all buys of one product, and each buy's answer sent back.
-async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, batch: Vec<Pending>) {
-    let mut call = RESERVE.key(&keys.sale);
-    call.key(&keys.buyers).key(&keys.outbox).key(&keys.taken);
+/// `call` names the call's replay key: drawn at random for every call, so only a copy of this
+/// very call (the client sending it again) finds the answers it left there.
+async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec<Pending>) {
+    let mut script = RESERVE.key(&keys.sale);
+    script
+        .key(&keys.buyers)
+        .key(&keys.outbox)
+        .key(keys.replay(call));
     for pending in &batch {
-        call.arg(pending.user)
+        script
+            .arg(pending.user)
             .arg(pending.units)
             .arg(pending.now)
-            .arg(&pending.encoded)
-            .arg(pending.id);
+            .arg(&pending.encoded);
     }
-    let answers: Result<Vec<i64>, redis::RedisError> = call.invoke_async(redis).await;
+    let answers: Result<Vec<i64>, redis::RedisError> = script.invoke_async(redis).await;
     let expected = 2 * batch.len();
     for (i, pending) in batch.into_iter().enumerate() {
         let answer = match &answers {
@@ -147,4 +151,104 @@ fn decode(code: i64, remaining: i64) -> Result<i64, GateError> {
         }
     };
     Err(rejection.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Money, OrderId, OrderStatus, Quantity, SaleWindow, UserId};
+    use crate::gate::redis::RedisGate;
+    use crate::gate::{GateProduct, StockGate};
+
+    const NOW: Millis = 1_800_000_000_000;
+
+    fn order(id: i64, user: i64) -> Order {
+        let price = Money::from_cents(100).unwrap();
+        Order {
+            id: OrderId(id),
+            user_id: UserId(user),
+            product_id: ProductId(1),
+            product_name: "Kettle".into(),
+            unit_price: price,
+            quantity: Quantity::parse(1).unwrap(),
+            total: price,
+            status: OrderStatus::AwaitingPayment,
+            created_at: NOW,
+            pay_before: NOW + 900_000,
+            paid_at: None,
+            cancelled_at: None,
+        }
+    }
+
+    /// Runs `orders` as reserve call `call`; each buy's answer, errors by name.
+    async fn run(redis: &mut RedisLink, keys: &Keys, call: u64, orders: &[Order]) -> Vec<String> {
+        let (batch, answers): (Vec<_>, Vec<_>) = orders
+            .iter()
+            .map(|order| {
+                let (answer, answered) = oneshot::channel();
+                let pending = Pending {
+                    user: order.user_id.0,
+                    units: order.quantity.get(),
+                    now: NOW,
+                    encoded: order.encode(),
+                    answer,
+                };
+                (pending, answered)
+            })
+            .unzip();
+        reserve_batch(redis, keys, call, batch).await;
+        let mut decided = Vec::new();
+        for answered in answers {
+            decided.push(format!("{:?}", answered.await.unwrap()));
+        }
+        decided
+    }
+
+    #[tokio::test]
+    async fn a_call_sent_again_answers_as_its_first_run_and_takes_nothing_more() {
+        let url = std::env::var("SECKILL_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let mut redis = crate::redis_link::connect(&url).await.unwrap_or_else(|e| {
+            panic!("this test needs Redis at {url} (start it with scripts/services redis): {e}")
+        });
+        let prefix = format!("seckill-unit:{}:", std::process::id());
+        let gate = RedisGate::new(redis.clone(), &prefix);
+        let product = GateProduct {
+            id: ProductId(1),
+            window: SaleWindow::new(NOW - 1_000, NOW + 60_000).unwrap(),
+            remaining: 3,
+            per_user_limit: 1,
+            holdings: vec![],
+            released: vec![],
+        };
+        gate.load(product).await.unwrap();
+        let keys = Keys::of(&prefix, ProductId(1));
+
+        // User 7's second order is over the per-user limit.
+        let first = [order(1, 7), order(2, 7), order(3, 8)];
+        let answers = run(&mut redis, &keys, 42, &first).await;
+        assert_eq!(answers, ["Ok(2)", "Err(Rejected(LimitReached))", "Ok(1)"]);
+        // The client sends the same call again (its reply timed out): the same answers, and
+        // nothing more taken or appended.
+        assert_eq!(run(&mut redis, &keys, 42, &first).await, answers);
+        assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(1));
+        let outbox = gate.outbox(ProductId(1)).await.unwrap();
+        assert_eq!(outbox, [order(1, 7), order(3, 8)]);
+        // Another call is decided afresh.
+        let next = [order(4, 9), order(5, 10)];
+        let answers = run(&mut redis, &keys, 43, &next).await;
+        assert_eq!(
+            answers,
+            ["Ok(0)", "Err(Rejected(SoldOut { remaining: 0 }))"]
+        );
+
+        let _: () = redis::cmd("DEL")
+            .arg(&keys.outbox)
+            .arg(keys.replay(42))
+            .arg(keys.replay(43))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        gate.forget(ProductId(1)).await.unwrap();
+    }
 }

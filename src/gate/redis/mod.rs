@@ -9,8 +9,9 @@
 //! - `PREFIX{p:ID}:outbox`: stream of accepted orders not yet safe downstream, appended by the
 //!   buy script itself (see [`super::outbox`])
 //! - `PREFIX{p:ID}:dead`: stream of outbox entries no worker could ever store
-//! - `PREFIX{p:ID}:taken`: sorted set of the last minute's order ids by time, so a buy
-//!   script re-sent by the client (a cluster connection retries a timed-out reply) runs once
+//! - `PREFIX{p:ID}:replay:CALL`: the answers of a reserve call that took stock, kept a minute,
+//!   so the same call re-sent by the client (a cluster connection retries a timed-out reply)
+//!   answers as it did instead of taking the stock twice
 
 mod batch;
 
@@ -48,7 +49,8 @@ pub(super) struct Keys {
     pub released: String,
     pub outbox: String,
     pub dead: String,
-    pub taken: String,
+    /// What every replay key starts with (see [`Keys::replay`]).
+    replays: String,
 }
 
 impl Keys {
@@ -61,8 +63,13 @@ impl Keys {
             released: format!("{base}:released"),
             outbox: format!("{base}:outbox"),
             dead: format!("{base}:dead"),
-            taken: format!("{base}:taken"),
+            replays: format!("{base}:replay:"),
         }
+    }
+
+    /// The replay key of reserve call `call`.
+    pub fn replay(&self, call: u64) -> String {
+        format!("{}{call:016x}", self.replays)
     }
 }
 
