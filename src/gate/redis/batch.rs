@@ -107,19 +107,7 @@ async fn send_batches(
 /// `call` names the call's replay key: drawn at random for every call, so only a copy of this
 /// very call (the client sending it again) finds the answers it left there.
 async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec<Pending>) {
-    let mut script = RESERVE.key(&keys.sale);
-    script
-        .key(&keys.buyers)
-        .key(&keys.outbox)
-        .key(keys.replay(call));
-    for pending in &batch {
-        script
-            .arg(pending.user)
-            .arg(pending.units)
-            .arg(pending.now)
-            .arg(&pending.encoded);
-    }
-    let answers: Result<Vec<i64>, redis::RedisError> = script.invoke_async(redis).await;
+    let answers = run_reserve(redis, keys, call, &batch).await;
     let expected = 2 * batch.len();
     for (i, pending) in batch.into_iter().enumerate() {
         let answer = match &answers {
@@ -132,6 +120,42 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec
         };
         // The buyer may have left; the buy stands either way, as it would unbatched.
         let _gone = pending.answer.send(answer);
+    }
+}
+
+/// Runs the reserve script over `batch` and returns its flat answers. The `EVALSHA` command is
+/// built in one buffer: through `redis::ScriptInvocation` every argument was a `Vec` of its own
+/// (four allocations a buy), copied into the command afterwards. As `ScriptInvocation` does, a
+/// server that does not know the script (restarted, failed over) is sent it, then the call again.
+async fn run_reserve(
+    redis: &mut RedisLink,
+    keys: &Keys,
+    call: u64,
+    batch: &[Pending],
+) -> redis::RedisResult<Vec<i64>> {
+    let bytes: usize = batch.iter().map(|pending| 40 + pending.encoded.len()).sum();
+    let mut command = redis::Cmd::with_capacity(7 + 4 * batch.len(), 256 + bytes);
+    command
+        .arg("EVALSHA")
+        .arg(RESERVE.get_hash())
+        .arg(4)
+        .arg(&keys.sale)
+        .arg(&keys.buyers)
+        .arg(&keys.outbox)
+        .arg(keys.replay(call));
+    for pending in batch {
+        command
+            .arg(pending.user)
+            .arg(pending.units)
+            .arg(pending.now)
+            .arg(&pending.encoded);
+    }
+    match command.query_async(redis).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            RESERVE.load_async(redis).await?;
+            command.query_async(redis).await
+        }
+        answers => answers,
     }
 }
 
@@ -224,6 +248,12 @@ mod tests {
         gate.load(product).await.unwrap();
         let keys = Keys::of(&prefix, ProductId(1));
 
+        // Redis forgets its scripts (as after a restart): the first call loads it again.
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
         // User 7's second order is over the per-user limit.
         let first = [order(1, 7), order(2, 7), order(3, 8)];
         let answers = run(&mut redis, &keys, 42, &first).await;
