@@ -4,6 +4,7 @@
 
 use super::{Millis, Money, ProductId, Quantity, UserId};
 use serde::{Serialize, Serializer};
+use std::borrow::Cow;
 use std::fmt;
 
 /// A Snowflake order id. Serialized as a decimal string because 64-bit ids exceed the
@@ -83,11 +84,14 @@ impl Order {
 /// readable with `redis-cli` or the RabbitMQ console, and checked again on the way in because
 /// anything may sit in a queue.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct WireOrder {
+struct WireOrder<'a> {
     id: i64,
     user: i64,
     product: i64,
-    name: String,
+    /// Borrowed from the order on the way out (every buy encodes one), and from the message on
+    /// the way in unless it holds escapes.
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     price: i64,
     qty: i64,
     at: Millis,
@@ -106,7 +110,7 @@ impl Order {
             id: self.id.0,
             user: self.user_id.0,
             product: self.product_id.0,
-            name: self.product_name.clone(),
+            name: Cow::Borrowed(&self.product_name),
             price: self.unit_price.cents(),
             qty: i64::from(self.quantity.get()),
             at: self.created_at,
@@ -126,7 +130,7 @@ impl Order {
             id: OrderId(wire.id),
             user_id: UserId(wire.user),
             product_id: ProductId(wire.product),
-            product_name: wire.name,
+            product_name: wire.name.into_owned(),
             unit_price,
             quantity,
             total: unit_price.times(quantity.get()),

@@ -136,13 +136,15 @@ pub struct OrderView {
     pub cancelled_at: Option<Rfc3339>,
 }
 
-impl From<&Order> for OrderView {
-    fn from(o: &Order) -> Self {
+/// Made from the order itself, not a reference: every answer is built from an order that is
+/// dropped right after, and the name moves instead of being copied.
+impl From<Order> for OrderView {
+    fn from(o: Order) -> Self {
         Self {
             order_id: o.id,
             status: o.status,
             product_id: o.product_id.0,
-            product_name: o.product_name.clone(),
+            product_name: o.product_name,
             quantity: o.quantity.get(),
             unit_price_cents: o.unit_price.cents(),
             total_cents: o.total.cents(),

@@ -46,7 +46,7 @@ async fn place_order(
         .sale
         .buy(user.id, ProductId(body.product_id), quantity)
         .await?;
-    Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(&order))))
+    Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(order))))
 }
 
 async fn my_orders(
@@ -54,7 +54,7 @@ async fn my_orders(
     user: CurrentUser,
 ) -> Result<AppJson<Vec<OrderView>>, ApiError> {
     let orders = state.sale.orders_of(user.id).await?;
-    Ok(AppJson(orders.iter().map(OrderView::from).collect()))
+    Ok(AppJson(orders.into_iter().map(OrderView::from).collect()))
 }
 
 async fn my_order(
@@ -63,7 +63,7 @@ async fn my_order(
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
     let order = state.sale.order_of(user.id, OrderId(id)).await?;
-    Ok(AppJson(OrderView::from(&order)))
+    Ok(AppJson(OrderView::from(order)))
 }
 
 /// `200` with the paid order, or `202` when the order is still on its way to the database and
@@ -74,7 +74,7 @@ async fn pay(
     AppPath(id): AppPath<i64>,
 ) -> Result<Response, ApiError> {
     Ok(match state.sale.pay(user.id, OrderId(id)).await? {
-        Payment::Paid(order) => AppJson(OrderView::from(&order)).into_response(),
+        Payment::Paid(order) => AppJson(OrderView::from(order)).into_response(),
         Payment::Queued(id) => (
             StatusCode::ACCEPTED,
             AppJson(json!({ "order_id": id, "status": "payment_pending" })),
@@ -89,5 +89,5 @@ async fn cancel(
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
     let order = state.sale.cancel(user.id, OrderId(id)).await?;
-    Ok(AppJson(OrderView::from(&order)))
+    Ok(AppJson(OrderView::from(order)))
 }
