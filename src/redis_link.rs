@@ -10,7 +10,9 @@
 //!   one hash tag (`seckill:{p:42}:sale`, `seckill:{p:42}:buyers`); the driver rejects a pipeline
 //!   across slots (CROSSSLOT) before sending it;
 //! - scripts are routed by their first key; `Script::invoke_async` loads the script on every
-//!   primary when a node answers NOSCRIPT, so scripts survive failovers and restarts.
+//!   primary when a node answers NOSCRIPT, so scripts survive failovers and restarts (a caller
+//!   that sends `EVALSHA` itself, as the reserve call does, does the same with
+//!   `Script::load_async`).
 
 use std::fmt;
 use std::time::Duration;
