@@ -3,13 +3,17 @@
 //! store, past the gate, so the checks read the store too.)
 
 use crate::helpers::TestApp;
+use seckill::clock::{Clock, SystemClock};
 use seckill::domain::{Money, Order, OrderId, OrderStatus, ProductId, Quantity, UserId};
 use seckill::store::Persisted::{Duplicate, Inserted, OutOfStock};
 
-/// An order of `quantity` units of `product` by user `id`, as a test writes it by hand.
+/// An order of `quantity` units of `product` by user `id`, as a test writes it by hand, placed
+/// now with an hour to pay: the server's once-a-second deadline sweep must not cancel it (and
+/// give its units back) while the test counts the stock.
 pub fn order(id: i64, product: i64, quantity: i64) -> Order {
     let price = Money::from_cents(100).unwrap();
     let quantity = Quantity::parse(quantity).unwrap();
+    let now = SystemClock.now_ms();
     Order {
         id: OrderId(id),
         user_id: UserId(id),
@@ -19,8 +23,8 @@ pub fn order(id: i64, product: i64, quantity: i64) -> Order {
         quantity,
         total: price.times(quantity.get()),
         status: OrderStatus::AwaitingPayment,
-        created_at: 1,
-        pay_before: 2,
+        created_at: now,
+        pay_before: now + 3_600_000,
         paid_at: None,
         cancelled_at: None,
     }
