@@ -28,6 +28,24 @@ struct Pending {
     answer: oneshot::Sender<Result<i64, GateError>>,
 }
 
+/// Where a buy's answer arrives.
+type Answered = oneshot::Receiver<Result<i64, GateError>>;
+
+impl Pending {
+    /// `order`, bought at `now`, ready to join a batch; and where its answer will arrive.
+    fn of(order: &Order, now: Millis) -> (Self, Answered) {
+        let (answer, answered) = oneshot::channel();
+        let pending = Self {
+            user: order.user_id.0,
+            units: order.quantity.get(),
+            now,
+            encoded: order.encode(),
+            answer,
+        };
+        (pending, answered)
+    }
+}
+
 /// One queue per product in front of the reserve script, each emptied by a task of its own, so
 /// a slow call (a shard failing over) holds up the buys of its own product only.
 pub(super) struct ReserveBatches {
@@ -51,14 +69,7 @@ impl ReserveBatches {
     /// [`StockGate::reserve`](crate::gate::StockGate::reserve) does. Must be called within a
     /// Tokio runtime.
     pub async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
-        let (answer, answered) = oneshot::channel();
-        let pending = Pending {
-            user: order.user_id.0,
-            units: order.quantity.get(),
-            now,
-            encoded: order.encode(),
-            answer,
-        };
+        let (pending, answered) = Pending::of(order, now);
         let stopped = || GateError::Unavailable(anyhow::anyhow!("the stock gate is shutting down"));
         self.queue_of(order.product_id)
             .send(pending)
@@ -206,20 +217,8 @@ mod tests {
 
     /// Runs `orders` as reserve call `call`; each buy's answer, errors by name.
     async fn run(redis: &mut RedisLink, keys: &Keys, call: u64, orders: &[Order]) -> Vec<String> {
-        let (batch, answers): (Vec<_>, Vec<_>) = orders
-            .iter()
-            .map(|order| {
-                let (answer, answered) = oneshot::channel();
-                let pending = Pending {
-                    user: order.user_id.0,
-                    units: order.quantity.get(),
-                    now: NOW,
-                    encoded: order.encode(),
-                    answer,
-                };
-                (pending, answered)
-            })
-            .unzip();
+        let (batch, answers): (Vec<_>, Vec<_>) =
+            orders.iter().map(|order| Pending::of(order, NOW)).unzip();
         reserve_batch(redis, keys, call, batch).await;
         let mut decided = Vec::new();
         for answered in answers {
