@@ -4,7 +4,6 @@
 //! after any sign of loss) it is rebuilt from the database.
 
 pub mod memory;
-pub mod outbox;
 pub mod redis;
 
 use crate::domain::{Millis, Order, OrderId, ProductId, SaleWindow, UserId};
@@ -65,13 +64,6 @@ pub enum GateError {
 /// The atomic check-and-take at the heart of the buy path.
 #[async_trait]
 pub trait StockGate: Send + Sync + 'static {
-    /// Whether a successful [`reserve`](Self::reserve) also made the order durable by
-    /// appending it to an outbox that workers drain into the database. Then the buyer can be
-    /// answered at once; otherwise the order must be committed before the answer.
-    fn keeps_outbox(&self) -> bool {
-        false
-    }
-
     /// Loads a product unless it is loaded already (another process may have preheated it,
     /// and buys may be running against it). True when this call loaded it.
     async fn load(&self, product: GateProduct) -> Result<bool, GateError>;
@@ -85,7 +77,7 @@ pub trait StockGate: Send + Sync + 'static {
     ) -> Result<(), GateError>;
 
     /// One atomic step: sale open at `now`? buyer under the limit? enough stock? Then take the
-    /// units, record the buyer and (for a gate that [keeps an outbox](Self::keeps_outbox))
+    /// units, record the buyer and (for a gate with an outbox, see [`outbox`](Self::outbox))
     /// append the order. Returns the units left.
     async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError>;
 

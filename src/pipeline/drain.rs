@@ -6,8 +6,8 @@
 //! reached it already.
 
 use crate::domain::{Order, ProductId};
-use crate::gate::outbox::{Outbox, OutboxEntry};
-use crate::sale::SaleService;
+use crate::gate::redis::outbox::{Outbox, OutboxEntry};
+use crate::sale::{Durability, SaleService};
 use crate::store::{Persisted, Store};
 use anyhow::ensure;
 use async_trait::async_trait;
@@ -15,6 +15,23 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// Orders the gate appended to its outbox: durable already, in the database once a worker has
+/// drained them.
+pub struct Outboxed;
+
+#[async_trait]
+impl Durability for Outboxed {
+    async fn persist(&self, _order: &Order) -> anyhow::Result<Persisted> {
+        Ok(Persisted::Inserted)
+    }
+
+    /// A minute: far longer than a working drain takes, short enough that an id nobody sold
+    /// soon reads as unknown.
+    fn in_flight_for_ms(&self) -> i64 {
+        60_000
+    }
+}
 
 /// What became of one order handed to a sink.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,14 +45,20 @@ pub enum Fate {
 /// Where drained orders go.
 #[async_trait]
 pub trait Sink: Send + Sync + 'static {
-    /// Whether a safe order is stored (its entry may be deleted) or only handed on (its entry
-    /// stays in the outbox, counted as in flight, until the worker that stores it deletes it).
-    fn stores(&self) -> bool;
-
     /// Hands on a batch of one product's orders, each with its outbox entry id (`entries[i]`
     /// holds `orders[i]`), and says what became of each, in order. An error leaves the whole
     /// batch pending, to be tried again.
     async fn put(&self, entries: &[String], orders: &[Order]) -> anyhow::Result<Vec<Fate>>;
+
+    /// Acknowledges the entries whose orders [`put`](Self::put) made safe. A sink that stores
+    /// them lets their entries go; one that only hands them on leaves them in the outbox,
+    /// counted as in flight, until the worker that stores them deletes them.
+    async fn acknowledge(
+        &self,
+        outbox: &Outbox,
+        product: ProductId,
+        safe: &[&str],
+    ) -> anyhow::Result<()>;
 }
 
 /// Stores orders straight into the database (no RabbitMQ).
@@ -43,12 +66,17 @@ pub struct StoreSink(pub Arc<dyn Store>);
 
 #[async_trait]
 impl Sink for StoreSink {
-    fn stores(&self) -> bool {
-        true
-    }
-
     async fn put(&self, _entries: &[String], orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
         store_batch(&*self.0, orders).await
+    }
+
+    async fn acknowledge(
+        &self,
+        outbox: &Outbox,
+        product: ProductId,
+        safe: &[&str],
+    ) -> anyhow::Result<()> {
+        outbox.finish(product, safe).await
     }
 }
 
@@ -108,9 +136,9 @@ pub struct Drain {
 impl Drain {
     /// Drain loops per worker process. A single loop leaves the database idle while it reads
     /// the next batch from Redis and acknowledges the last one, and Redis idle while the
-    /// database commits; with two, one batch is read while the other is stored (about 30% more
-    /// orders/s, BENCHMARKS.md). The loops read new entries under the same consumer name, and
-    /// a consumer group hands each new entry to one read only, so they never share an entry.
+    /// database commits; with two, one batch is read while the other is stored. The loops read
+    /// new entries under the same consumer name, and a consumer group hands each new entry to
+    /// one read only, so they never share an entry.
     pub const LOOPS: usize = 2;
 
     /// Drains until `stop` turns true (or its sender is gone); the batch in hand is finished
@@ -202,10 +230,6 @@ impl Drain {
                 }
             }
         }
-        if self.sink.stores() {
-            self.outbox.finish(product, &safe).await
-        } else {
-            self.outbox.hand_over(product, &safe).await
-        }
+        self.sink.acknowledge(&self.outbox, product, &safe).await
     }
 }

@@ -7,7 +7,9 @@
 //! buys that arrive meanwhile make the next batch: see `WalFlush`.)
 
 use crate::domain::Order;
+use crate::sale::Durability;
 use crate::store::{Persisted, Store};
+use async_trait::async_trait;
 use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -59,6 +61,18 @@ impl GroupCommit {
             .await
             .map_err(|_| CommitError::Stopped)?;
         outcome.await.map_err(|_| CommitError::Stopped)?
+    }
+}
+
+#[async_trait]
+impl Durability for GroupCommit {
+    async fn persist(&self, order: &Order) -> anyhow::Result<Persisted> {
+        Ok(self.commit(order.clone()).await?)
+    }
+
+    /// The order is in the database before its buyer hears of it.
+    fn in_flight_for_ms(&self) -> i64 {
+        0
     }
 }
 

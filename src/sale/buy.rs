@@ -1,5 +1,5 @@
 //! The buy path. Every request that cannot buy is turned away as early and cheaply as possible:
-//! unknown product → local sold-out flag → the gate's atomic step → group commit. Rate limits
+//! unknown product → local sold-out flag → the gate's atomic step → made durable. Rate limits
 //! and the session check happen before this, in the HTTP layer.
 
 use super::SaleService;
@@ -21,9 +21,8 @@ pub enum BuyError {
 }
 
 impl SaleService {
-    /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is durable,
-    /// so an answered buy survives a crash: appended to the gate's outbox by the gate's own
-    /// atomic step (cluster mode), or committed to the database (embedded mode).
+    /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is durable
+    /// (see [`Durability`](super::Durability)), so an answered buy survives a crash.
     pub async fn buy(
         &self,
         user: UserId,
@@ -53,11 +52,7 @@ impl SaleService {
             cancelled_at: None,
         };
         self.reserve(&order, &entry, now).await?;
-        let Some(writer) = &self.orders else {
-            // The gate appended the order to its outbox in the same atomic step.
-            return Ok(order);
-        };
-        match writer.commit(order.clone()).await {
+        match self.durability.persist(&order).await {
             Ok(Persisted::Inserted) => Ok(order),
             Ok(Persisted::Duplicate) => {
                 // A fresh id already stored: two processes share a Snowflake node id.
@@ -75,7 +70,7 @@ impl SaleService {
             }
             Err(e) => {
                 self.give_back(&order).await;
-                Err(BuyError::Unavailable(e.into()))
+                Err(BuyError::Unavailable(e))
             }
         }
     }

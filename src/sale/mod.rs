@@ -5,11 +5,13 @@
 mod admin;
 mod buy;
 mod catalog;
+mod durability;
 mod orders;
 mod reconcile;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::BuyError;
+pub use durability::Durability;
 pub use orders::{OrderError, Payment, PaymentQueue, QueuedPayment};
 pub use reconcile::ProductAudit;
 
@@ -17,11 +19,10 @@ use crate::clock::SharedClock;
 use crate::domain::{Millis, OrderId, Product, ProductId, SaleWindow, UserId};
 use crate::gate::{GateProduct, StockGate};
 use crate::ids::Snowflake;
-use crate::pipeline::GroupCommit;
 use crate::store::Store;
 use catalog::Catalog;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Settings the sale rules depend on.
 #[derive(Debug, Clone)]
@@ -32,16 +33,25 @@ pub struct SaleSettings {
     pub preheat_ms: i64,
     /// Units per user, for products that do not set their own limit.
     pub default_per_user_limit: u32,
-    /// Most orders in one group commit (embedded mode).
-    pub max_batch: usize,
+}
+
+/// What the sale rules work through; the deployment mode chooses each part.
+pub struct SaleParts {
+    pub store: Arc<dyn Store>,
+    pub gate: Arc<dyn StockGate>,
+    pub durability: Arc<dyn Durability>,
+    /// Where a payment for an order still on its way to the database waits, when the
+    /// deployment has such a queue; without one such a payment is refused as pending.
+    pub payments: Option<Arc<dyn PaymentQueue>>,
+    pub ids: Snowflake,
+    pub clock: SharedClock,
 }
 
 /// Buying, paying, cancelling and the operator's changes, for one process.
 pub struct SaleService {
     store: Arc<dyn Store>,
     gate: Arc<dyn StockGate>,
-    /// Commits each buy's order (embedded mode); `None` when the gate's outbox carries orders.
-    orders: Option<GroupCommit>,
+    durability: Arc<dyn Durability>,
     ids: Snowflake,
     clock: SharedClock,
     /// Products this process knows, with their local sold-out flags: the filter that keeps
@@ -51,46 +61,27 @@ pub struct SaleService {
     /// Serializes preheats, so a product is loaded into the gate once, never reloaded over
     /// buys already in flight.
     preheat_lock: tokio::sync::Mutex<()>,
-    /// The paid queue, in cluster mode with RabbitMQ.
-    payments: OnceLock<Arc<dyn PaymentQueue>>,
+    payments: Option<Arc<dyn PaymentQueue>>,
 }
 
 impl SaleService {
     /// Builds the service and rebuilds the gate from the database: every product whose sale
     /// is due is loaded with the database's stock and holdings, the source of truth.
-    pub async fn start(
-        store: Arc<dyn Store>,
-        gate: Arc<dyn StockGate>,
-        ids: Snowflake,
-        clock: SharedClock,
-        settings: SaleSettings,
-    ) -> anyhow::Result<Arc<Self>> {
-        // Embedded mode commits each buy's order itself; cluster mode's gate appends it to
-        // the outbox instead.
-        let orders = if gate.keeps_outbox() {
-            None
-        } else {
-            Some(GroupCommit::start(store.clone(), settings.max_batch)?)
-        };
+    pub async fn start(parts: SaleParts, settings: SaleSettings) -> anyhow::Result<Arc<Self>> {
         let service = Arc::new(Self {
             catalog: Catalog::default(),
-            store,
-            gate,
-            orders,
-            ids,
-            clock,
+            store: parts.store,
+            gate: parts.gate,
+            durability: parts.durability,
+            ids: parts.ids,
+            clock: parts.clock,
             settings,
             preheat_lock: tokio::sync::Mutex::new(()),
-            payments: OnceLock::new(),
+            payments: parts.payments,
         });
         service.refresh_catalog().await?;
         service.preheat_due().await?;
         Ok(service)
-    }
-
-    /// Sends payments for orders not stored yet through `queue` from now on.
-    pub fn queue_payments_with(&self, queue: Arc<dyn PaymentQueue>) {
-        let _ = self.payments.set(queue);
     }
 
     /// Reads the sale events and products again from the database, so those another process

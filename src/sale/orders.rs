@@ -57,9 +57,6 @@ pub trait PaymentQueue: Send + Sync + 'static {
     async fn enqueue(&self, payment: QueuedPayment) -> anyhow::Result<()>;
 }
 
-/// How long after its id was made a missing order may still be in the pipeline.
-const IN_FLIGHT_FOR_MS: i64 = 60_000;
-
 /// How many overdue orders one sweep step reads at a time.
 const SWEEP_BATCH: i64 = 500;
 
@@ -76,11 +73,11 @@ impl SaleService {
         }
     }
 
-    /// Why an order is not in the database: still in the pipeline if the gate keeps an outbox
-    /// and the id was made moments ago, else it does not exist.
+    /// Why an order is not in the database: still on its way there if its id was made moments
+    /// ago, else it does not exist.
     fn missing(&self, id: OrderId) -> OrderError {
         let age = self.now() - crate::ids::made_at(id.0);
-        if self.gate.keeps_outbox() && (0..IN_FLIGHT_FOR_MS).contains(&age) {
+        if (0..self.durability.in_flight_for_ms()).contains(&age) {
             OrderError::Pending
         } else {
             OrderError::NotFound
@@ -99,7 +96,7 @@ impl SaleService {
         let at = self.now();
         match self.apply_payment(user, id, at).await {
             Err(OrderError::Pending) => {
-                let Some(queue) = self.payments.get() else {
+                let Some(queue) = &self.payments else {
                     return Err(OrderError::Pending);
                 };
                 let payment = QueuedPayment {

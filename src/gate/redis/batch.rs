@@ -5,7 +5,8 @@
 //! batch grows to what arrived during one round trip. The script decides each buy as if it ran
 //! alone, in arrival order, so batching changes no answer.
 
-use super::{Keys, RESERVE, unavailable};
+use super::keys::Keys;
+use super::lua::{RESERVE, unavailable};
 use crate::domain::{Millis, Order, ProductId};
 use crate::gate::{GateError, Rejection};
 use crate::redis_link::RedisLink;

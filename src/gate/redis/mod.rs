@@ -7,30 +7,25 @@
 //! - `PREFIX{p:ID}:buyers`: hash of user id → units held
 //! - `PREFIX{p:ID}:released`: set of order ids whose units were given back (release runs once)
 //! - `PREFIX{p:ID}:outbox`: stream of accepted orders not yet safe downstream, appended by the
-//!   buy script itself (see [`super::outbox`])
+//!   buy script itself (see [`outbox`])
 //! - `PREFIX{p:ID}:dead`: stream of outbox entries no worker could ever store
 //! - `PREFIX{p:ID}:replay:CALL`: the answers of a reserve call that took stock, kept a minute,
 //!   so the same call re-sent by the client (a cluster connection retries a timed-out reply)
 //!   answers as it did instead of taking the stock twice
 
 mod batch;
+mod keys;
+mod lua;
+pub mod outbox;
 
-use super::{GateAudit, GateError, GateProduct, Rejection, StockGate};
 use crate::domain::{Millis, Order, ProductId, SaleWindow};
+use crate::gate::{GateAudit, GateError, GateProduct, Rejection, StockGate};
 use crate::redis_link::RedisLink;
 use async_trait::async_trait;
 use batch::ReserveBatches;
-use redis::Script;
+use keys::Keys;
+use lua::{LOAD, RELEASE, UPDATE, unavailable};
 use redis::streams::StreamId;
-use std::sync::LazyLock;
-
-static RESERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/reserve.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
-static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/load.lua")));
-static UPDATE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/update.lua")));
 
 /// The Redis [`StockGate`].
 pub struct RedisGate {
@@ -40,37 +35,6 @@ pub struct RedisGate {
     prefix: String,
     /// Buys on their way to the reserve script.
     batches: ReserveBatches,
-}
-
-/// The keys of one product.
-pub(super) struct Keys {
-    pub sale: String,
-    pub buyers: String,
-    pub released: String,
-    pub outbox: String,
-    pub dead: String,
-    /// What every replay key starts with (see [`Keys::replay`]).
-    replays: String,
-}
-
-impl Keys {
-    /// The keys of product `id` under `prefix`.
-    pub fn of(prefix: &str, id: ProductId) -> Self {
-        let base = format!("{prefix}{{p:{}}}", id.0);
-        Self {
-            sale: format!("{base}:sale"),
-            buyers: format!("{base}:buyers"),
-            released: format!("{base}:released"),
-            outbox: format!("{base}:outbox"),
-            dead: format!("{base}:dead"),
-            replays: format!("{base}:replay:"),
-        }
-    }
-
-    /// The replay key of reserve call `call`.
-    pub fn replay(&self, call: u64) -> String {
-        format!("{}{call:016x}", self.replays)
-    }
 }
 
 impl RedisGate {
@@ -137,16 +101,8 @@ async fn config_value(redis: &mut RedisLink, name: &str) -> Option<String> {
     pair.into_iter().nth(1)
 }
 
-fn unavailable(e: redis::RedisError) -> GateError {
-    GateError::Unavailable(anyhow::Error::new(e).context("stock gate (Redis)"))
-}
-
 #[async_trait]
 impl StockGate for RedisGate {
-    fn keeps_outbox(&self) -> bool {
-        true
-    }
-
     async fn load(&self, p: GateProduct) -> Result<bool, GateError> {
         let keys = self.keys(p.id);
         let mut call = LOAD.key(keys.sale);
@@ -231,7 +187,7 @@ impl StockGate for RedisGate {
         // An unreadable entry is no order the gate sold: the drain buries it.
         Ok(entries
             .into_iter()
-            .filter_map(|entry| super::outbox::order_of(entry).ok())
+            .filter_map(|entry| outbox::order_of(entry).ok())
             .collect())
     }
 

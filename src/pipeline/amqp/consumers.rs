@@ -7,7 +7,7 @@
 use super::Topology;
 use super::publisher::{Message, OUTBOX_ENTRY, confirming_channel, publish_confirmed};
 use crate::domain::{Order, OrderId, ProductId};
-use crate::gate::outbox::Outbox;
+use crate::gate::redis::outbox::Outbox;
 use crate::pipeline::drain::{Fate, store_batch};
 use crate::sale::SaleService;
 use crate::store::Store;

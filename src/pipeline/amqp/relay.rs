@@ -5,7 +5,8 @@
 
 use super::NEW;
 use super::publisher::{Message, Publisher};
-use crate::domain::Order;
+use crate::domain::{Order, ProductId};
+use crate::gate::redis::outbox::Outbox;
 use crate::pipeline::drain::{Fate, Sink};
 use async_trait::async_trait;
 
@@ -14,10 +15,6 @@ pub struct Relay(pub Publisher);
 
 #[async_trait]
 impl Sink for Relay {
-    fn stores(&self) -> bool {
-        false
-    }
-
     async fn put(&self, entries: &[String], orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
         let messages: Vec<Message> = entries
             .iter()
@@ -30,5 +27,15 @@ impl Sink for Relay {
             .collect();
         self.0.publish(NEW, &messages).await?;
         Ok(vec![Fate::Safe; orders.len()])
+    }
+
+    /// Confirmed by the broker, not stored yet: the entries stay until a worker stores them.
+    async fn acknowledge(
+        &self,
+        outbox: &Outbox,
+        product: ProductId,
+        safe: &[&str],
+    ) -> anyhow::Result<()> {
+        outbox.hand_over(product, safe).await
     }
 }

@@ -6,21 +6,18 @@
 //! only once its order is stored, so the stream always holds exactly the orders sold but not in
 //! the database yet, which is what a gate rebuild must subtract from the database's stock.
 
-use super::redis::Keys;
+use super::keys::Keys;
+use super::lua::{ACK, BURY};
 use crate::domain::order::MalformedOrder;
 use crate::domain::{Order, ProductId};
 use crate::redis_link::RedisLink;
 use anyhow::Context;
+use redis::Value;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
-use redis::{Script, Value};
-use std::sync::LazyLock;
 use std::time::Duration;
 
 /// The consumer group every outbox reader belongs to.
 pub const GROUP: &str = "pipeline";
-
-static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/ack.lua")));
-static BURY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/bury.lua")));
 
 /// Most entry ids one acknowledgement carries (Lua's `unpack` has a limit near 8,000).
 const ACK_CHUNK: usize = 1_000;

@@ -1,29 +1,27 @@
-//! Wiring: reads the configuration, builds the backends, hands out the [`AppState`]. The only
-//! module that names concrete backends.
+//! Wiring: reads the configuration, builds the deployment [`Mode`] and the backends, hands out
+//! the [`AppState`]. The only module that names concrete backends.
+
+mod cluster;
 
 use crate::auth::TokenSigner;
 use crate::auth::extract::AuthKeys;
 use crate::clock::SharedClock;
 use crate::config::{Config, Secret};
-use crate::gate::StockGate;
 use crate::gate::memory::MemoryGate;
-use crate::gate::redis::RedisGate;
 use crate::http::AppState;
 use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
-use crate::lease;
-use crate::pipeline::amqp::Topology;
-use crate::pipeline::amqp::payments::AmqpPayments;
-use crate::pipeline::amqp::publisher::Publisher;
+use crate::pipeline::GroupCommit;
+use crate::pipeline::drain::Outboxed;
 use crate::pipeline::leader::Leadership;
 use crate::pipeline::ticker;
-use crate::pipeline::worker::{Worker, WorkerParts};
-use crate::redis_link::RedisLink;
-use crate::sale::{SaleService, SaleSettings};
+use crate::pipeline::worker::Worker;
+use crate::sale::{SaleParts, SaleService, SaleSettings};
 use crate::store::Store;
 use crate::store::sql::SqlStore;
 use anyhow::Context;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
+use cluster::Cluster;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,21 +69,75 @@ pub(crate) async fn secret_setting(
     Ok((Secret::new(stored), generated))
 }
 
+/// The deployment mode, chosen once from the configuration. It owns what differs between
+/// modes: the stock gate, how an accepted order is made durable, where payments for orders still
+/// on their way wait, who runs the scheduler, and the cluster's background tasks.
+pub enum Mode {
+    /// One process: the gate in memory, each order committed before its buyer is answered.
+    Embedded { commit: GroupCommit },
+    /// Processes sharing Redis (and maybe RabbitMQ): see [`Cluster`].
+    Cluster(Cluster),
+}
+
+impl Mode {
+    /// Connects to the servers `config` names, or starts the embedded parts.
+    async fn build(config: &Config, store: &Arc<dyn Store>) -> anyhow::Result<Self> {
+        Ok(match &config.redis_url {
+            Some(url) => Self::Cluster(Cluster::connect(config, url).await?),
+            None => Self::Embedded {
+                commit: GroupCommit::start(store.clone(), config.max_batch)?,
+            },
+        })
+    }
+
+    /// The Snowflake node id of this process: leased in a cluster, unless configured.
+    fn node_id(&self, config: &Config) -> u16 {
+        match self {
+            Self::Embedded { .. } => config.node_id.unwrap_or(0),
+            Self::Cluster(cluster) => cluster.node_id,
+        }
+    }
+
+    /// The parts the sale rules work through.
+    fn sale_parts(&self, store: Arc<dyn Store>, ids: Snowflake, clock: SharedClock) -> SaleParts {
+        match self {
+            Self::Embedded { commit } => SaleParts {
+                store,
+                gate: Arc::new(MemoryGate::new()),
+                durability: Arc::new(commit.clone()),
+                payments: None,
+                ids,
+                clock,
+            },
+            Self::Cluster(cluster) => SaleParts {
+                store,
+                gate: cluster.gate(),
+                durability: Arc::new(Outboxed),
+                payments: cluster.payment_queue(),
+                ids,
+                clock,
+            },
+        }
+    }
+
+    /// This process's claim on the scheduler.
+    fn leadership(&self) -> Leadership {
+        match self {
+            Self::Embedded { .. } => Leadership::Solo,
+            Self::Cluster(cluster) => cluster.leadership(),
+        }
+    }
+}
+
 /// The parts every seckill process has, whether it serves HTTP or only works the pipeline:
-/// the store, the sale service over the stock gate, and (once started) the scheduler.
+/// the store, the sale service over the mode's parts, and (once started) the scheduler.
 pub struct Core {
     pub store: Arc<dyn Store>,
     pub sale: Arc<SaleService>,
-    /// The shared Redis, in cluster mode.
-    redis: Option<RedisLink>,
-    node_id: u16,
-    /// RabbitMQ's address and names, in cluster mode with RabbitMQ.
-    amqp: Option<(String, Topology)>,
-    leadership: Option<Leadership>,
+    mode: Mode,
     /// Tells the scheduler to stop between steps.
     stop: watch::Sender<bool>,
     scheduler: Option<JoinHandle<()>>,
-    lease: Option<JoinHandle<()>>,
 }
 
 impl Core {
@@ -93,112 +145,59 @@ impl Core {
     pub async fn build(config: &Config, clock: SharedClock) -> anyhow::Result<Self> {
         config.validate()?;
         let store = open_store(config).await?;
-        let redis = match &config.redis_url {
-            Some(url) => {
-                let redis = crate::redis_link::connect(url).await?;
-                crate::gate::redis::warn_unless_durable(&redis).await;
-                Some(redis)
-            }
-            None => None,
+        let mode = Mode::build(config, &store).await?;
+        let ids = Snowflake::new(mode.node_id(config), clock.clone())?;
+        let settings = SaleSettings {
+            payment_window_ms: (config.payment_window_secs * 1000) as i64,
+            preheat_ms: (config.preheat_secs * 1000) as i64,
+            default_per_user_limit: config.per_user_limit,
         };
-        let (node_id, lease) = match (config.node_id, &redis) {
-            (Some(id), _) => (id, None),
-            (None, Some(redis)) => {
-                let lease = lease::acquire(redis.clone(), &config.redis_key_prefix, || {
-                    // Another process may now make the same order ids: stop at once.
-                    eprintln!("error: the Snowflake node id lease was lost; exiting");
-                    std::process::exit(70);
-                })
-                .await?;
-                (lease.node_id, Some(lease.renewal))
-            }
-            (None, None) => (0, None),
-        };
-        let ids = Snowflake::new(node_id, clock.clone())?;
-        let (gate, leadership): (Arc<dyn StockGate>, _) = match &redis {
-            Some(redis) => (
-                Arc::new(RedisGate::new(redis.clone(), &config.redis_key_prefix)),
-                Leadership::shared(redis.clone(), &config.redis_key_prefix),
-            ),
-            None => (Arc::new(MemoryGate::new()), Leadership::Solo),
-        };
-        let sale = SaleService::start(
-            store.clone(),
-            gate,
-            ids,
-            clock,
-            SaleSettings {
-                payment_window_ms: (config.payment_window_secs * 1000) as i64,
-                preheat_ms: (config.preheat_secs * 1000) as i64,
-                default_per_user_limit: config.per_user_limit,
-                max_batch: config.max_batch,
-            },
-        )
-        .await
-        .context("rebuilding the stock gate from the database")?;
-        let amqp = config.amqp_url.as_ref().map(|url| {
-            let topology = Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
-                .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000));
-            (url.clone(), topology)
-        });
-        if let Some((url, topology)) = &amqp {
-            let publisher = Publisher::new(url, topology.clone());
-            sale.queue_payments_with(Arc::new(AmqpPayments(publisher)));
-        }
+        let sale = SaleService::start(mode.sale_parts(store.clone(), ids, clock), settings)
+            .await
+            .context("rebuilding the stock gate from the database")?;
         Ok(Self {
             store,
             sale,
-            redis,
-            node_id,
-            amqp,
-            leadership: Some(leadership),
+            mode,
             stop: watch::channel(false).0,
             scheduler: None,
-            lease,
         })
     }
 
     /// Starts the scheduler: catalog refresh in this process, and preheat and the overdue
     /// sweep when this process leads.
     pub fn start_scheduler(&mut self) {
-        if let Some(leadership) = self.leadership.take() {
+        if self.scheduler.is_none() {
             self.scheduler = Some(ticker::spawn(
                 self.sale.clone(),
-                leadership,
+                self.mode.leadership(),
                 Duration::from_secs(1),
                 self.stop.subscribe(),
             ));
         }
     }
 
-    /// Starts the pipeline's consumers in this process. In embedded mode there are none: the
-    /// buy itself commits its order.
+    /// Starts the pipeline's consumers in this process. Embedded mode has none: the buy
+    /// itself commits its order.
     pub async fn start_worker(&self, config: &Config) -> anyhow::Result<Option<Worker>> {
-        let Some(redis) = &self.redis else {
-            return Ok(None);
-        };
-        let worker = Worker::start(WorkerParts {
-            sale: self.sale.clone(),
-            store: self.store.clone(),
-            redis: redis.clone(),
-            redis_key_prefix: config.redis_key_prefix.clone(),
-            name: format!("node-{}-pid-{}", self.node_id, std::process::id()),
-            max_batch: config.max_batch,
-            claim_after: Duration::from_millis(config.claim_after_ms),
-            amqp: self.amqp.clone(),
-        })
-        .await?;
-        Ok(Some(worker))
+        match &self.mode {
+            Mode::Embedded { .. } => Ok(None),
+            Mode::Cluster(cluster) => Ok(Some(
+                cluster
+                    .start_worker(config, self.sale.clone(), self.store.clone())
+                    .await?,
+            )),
+        }
     }
 
-    /// Lets the scheduler finish its step, then stops it and the node lease.
+    /// Lets the scheduler finish its step, then stops it and the mode's background tasks.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         if let Some(scheduler) = self.scheduler {
             let _ = scheduler.await;
         }
-        if let Some(lease) = self.lease {
-            lease.abort();
+        if let Mode::Cluster(cluster) = self.mode {
+            cluster.stop();
         }
     }
 }

@@ -1,0 +1,161 @@
+//! Cluster mode's parts: the shared Redis (stock gate, outbox, node-id lease, scheduler lock)
+//! and, when configured, RabbitMQ (the relay, the delay queue and the paid queue).
+
+use crate::config::Config;
+use crate::gate::StockGate;
+use crate::gate::redis::RedisGate;
+use crate::gate::redis::outbox::Outbox;
+use crate::lease;
+use crate::pipeline::amqp::Topology;
+use crate::pipeline::amqp::consumers::{CancelOverdue, Consume, StoreOrders};
+use crate::pipeline::amqp::payments::{AmqpPayments, ApplyPayments};
+use crate::pipeline::amqp::publisher::Publisher;
+use crate::pipeline::amqp::relay::Relay;
+use crate::pipeline::drain::{Drain, Sink, StoreSink};
+use crate::pipeline::leader::Leadership;
+use crate::pipeline::worker::Worker;
+use crate::redis_link::RedisLink;
+use crate::sale::{PaymentQueue, SaleService};
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// The cluster's connections and this process's place among its processes.
+pub struct Cluster {
+    redis: RedisLink,
+    prefix: String,
+    pub(super) node_id: u16,
+    /// Keeps the leased node id, unless the id was configured.
+    lease: Option<JoinHandle<()>>,
+    gate: Arc<RedisGate>,
+    amqp: Option<Amqp>,
+}
+
+/// RabbitMQ's address and this deployment's names on it.
+struct Amqp {
+    url: String,
+    topology: Topology,
+}
+
+impl Cluster {
+    /// Connects to Redis and leases a node id (unless one is configured).
+    pub(super) async fn connect(config: &Config, redis_url: &str) -> anyhow::Result<Self> {
+        let redis = crate::redis_link::connect(redis_url).await?;
+        crate::gate::redis::warn_unless_durable(&redis).await;
+        let prefix = config.redis_key_prefix.clone();
+        let (node_id, lease) = match config.node_id {
+            Some(id) => (id, None),
+            None => {
+                let lease = lease::acquire(redis.clone(), &prefix, || {
+                    // Another process may now make the same order ids: stop at once.
+                    eprintln!("error: the Snowflake node id lease was lost; exiting");
+                    std::process::exit(70);
+                })
+                .await?;
+                (lease.node_id, Some(lease.renewal))
+            }
+        };
+        let amqp = config.amqp_url.as_ref().map(|url| Amqp {
+            url: url.clone(),
+            topology: Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
+                .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000)),
+        });
+        Ok(Self {
+            gate: Arc::new(RedisGate::new(redis.clone(), &prefix)),
+            redis,
+            prefix,
+            node_id,
+            lease,
+            amqp,
+        })
+    }
+
+    /// The stock gate in Redis, which appends every order it accepts to its outbox.
+    pub(super) fn gate(&self) -> Arc<dyn StockGate> {
+        self.gate.clone()
+    }
+
+    /// RabbitMQ's paid queue, when there is RabbitMQ.
+    pub(super) fn payment_queue(&self) -> Option<Arc<dyn PaymentQueue>> {
+        self.amqp.as_ref().map(|amqp| {
+            let publisher = Publisher::new(&amqp.url, amqp.topology.clone());
+            Arc::new(AmqpPayments(publisher)) as Arc<dyn PaymentQueue>
+        })
+    }
+
+    /// One scheduler among the processes sharing this Redis and prefix.
+    pub(super) fn leadership(&self) -> Leadership {
+        Leadership::shared(self.redis.clone(), &self.prefix)
+    }
+
+    /// Starts the consumers: the outbox drained into the database, or relayed to RabbitMQ with
+    /// RabbitMQ's queues consumed here too.
+    pub(super) async fn start_worker(
+        &self,
+        config: &Config,
+        sale: Arc<SaleService>,
+        store: Arc<dyn Store>,
+    ) -> anyhow::Result<Worker> {
+        let outbox = Outbox::new(
+            self.redis.clone(),
+            &self.prefix,
+            format!("node-{}-pid-{}", self.node_id, std::process::id()),
+            Duration::from_millis(config.claim_after_ms),
+        );
+        let mut worker = Worker::new();
+        let sink: Arc<dyn Sink> = match &self.amqp {
+            None => {
+                tracing::info!("worker: draining the outbox into the database");
+                Arc::new(StoreSink(store))
+            }
+            Some(amqp) => {
+                // Fail at start, not in a loop, if the broker is unreachable.
+                crate::pipeline::amqp::connect(&amqp.url, &amqp.topology).await?;
+                let consume = |queue: String| Consume {
+                    url: amqp.url.clone(),
+                    topology: amqp.topology.clone(),
+                    queue,
+                    max_batch: config.max_batch,
+                };
+                let topology = &amqp.topology;
+                let orders = StoreOrders {
+                    store,
+                    outbox: outbox.clone(),
+                    topology: topology.clone(),
+                };
+                let deadlines = CancelOverdue { sale: sale.clone() };
+                let payments = ApplyPayments {
+                    sale: sale.clone(),
+                    topology: topology.clone(),
+                };
+                let queue = consume(topology.orders_queue());
+                worker.run(|stop| queue.run(orders, stop));
+                let queue = consume(topology.deadline_queue());
+                worker.run(|stop| queue.run(deadlines, stop));
+                let queue = consume(topology.paid_queue());
+                worker.run(|stop| queue.run(payments, stop));
+                tracing::info!("worker: relaying the outbox to RabbitMQ and consuming its queues");
+                Arc::new(Relay(Publisher::new(&amqp.url, topology.clone())))
+            }
+        };
+        let drain = Drain {
+            outbox,
+            sale,
+            sink,
+            max_batch: config.max_batch,
+        };
+        for _ in 0..Drain::LOOPS {
+            let drain = drain.clone();
+            worker.run(|stop| drain.run(stop));
+        }
+        Ok(worker)
+    }
+
+    /// Stops renewing the node-id lease: this process makes no more ids.
+    pub(super) fn stop(self) {
+        if let Some(lease) = self.lease {
+            lease.abort();
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! The Redis keys of one product, shared by the gate's scripts and the outbox's readers. They
+//! share the hash tag `{p:ID}`, so a product's scripts run on one shard of a cluster.
+
+use crate::domain::ProductId;
+
+/// The keys of one product.
+pub(super) struct Keys {
+    pub sale: String,
+    pub buyers: String,
+    pub released: String,
+    pub outbox: String,
+    pub dead: String,
+    /// What every replay key starts with (see [`Keys::replay`]).
+    replays: String,
+}
+
+impl Keys {
+    /// The keys of product `id` under `prefix`.
+    pub fn of(prefix: &str, id: ProductId) -> Self {
+        let base = format!("{prefix}{{p:{}}}", id.0);
+        Self {
+            sale: format!("{base}:sale"),
+            buyers: format!("{base}:buyers"),
+            released: format!("{base}:released"),
+            outbox: format!("{base}:outbox"),
+            dead: format!("{base}:dead"),
+            replays: format!("{base}:replay:"),
+        }
+    }
+
+    /// The replay key of reserve call `call`.
+    pub fn replay(&self, call: u64) -> String {
+        format!("{}{call:016x}", self.replays)
+    }
+}
