@@ -69,7 +69,7 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Most orders written in one transaction, by group commit or a worker
     /// (`SECKILL_MAX_BATCH`). Group commit rarely fills a batch; a worker draining a backlog
-    /// does, and larger batches spread each commit over more orders (BENCHMARKS.md).
+    /// does, and larger batches spread each commit over more orders.
     pub max_batch: usize,
     /// Mark the session cookie `Secure` (serve over HTTPS) (`SECKILL_SECURE_COOKIES`).
     pub secure_cookies: bool,

@@ -25,8 +25,9 @@ use redis::{Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, Valu
 /// How long one attempt to open a TCP connection to a node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long one reply may take. The driver's default (500 ms) turned a busy moment of the server
-/// (a slow script, a fork for a snapshot, a full run queue on our side) into failed purchases.
+/// How long one reply may take. The driver's default of half a second would turn a busy moment
+/// of the server (a slow script, a fork for a snapshot, a full run queue on our side) into
+/// failed purchases.
 /// Blocking reads (XREADGROUP BLOCK, BLPOP) need their own connection with a longer timeout.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -38,8 +38,8 @@ impl GroupCommit {
     /// the queue is empty.
     ///
     /// A thread of its own, because a batch is several statements, each a hop to the
-    /// database driver and back: as one task among the HTTP tasks, the writer waited behind
-    /// all of them after every hop, and a batch took a millisecond or more of waiting.
+    /// database driver and back: as one task among the HTTP tasks, the writer would wait
+    /// behind all of them after every hop.
     pub fn start(store: Arc<dyn Store>, max_batch: usize) -> std::io::Result<Self> {
         // The queue is bounded so a stalled database pushes back on buyers instead of growing
         // memory without limit.

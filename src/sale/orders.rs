@@ -171,10 +171,8 @@ impl SaleService {
     /// cancelled. Run by the ticker; tests call it after moving the clock.
     ///
     /// A sale's unpaid orders fall due together, so many cancels run at once: on SQLite they
-    /// share transactions and log syncs. The 41,000-52,000 orders of a two-second crowd, due two
-    /// seconds later, were all cancelled 12-16 s after the crowd one after another, 7.5-8.6 s
-    /// after it 64 at once. (Not more at once: on a database server each cancel holds a
-    /// pooled connection that shoppers' requests wait for.)
+    /// share transactions and log syncs. Not more at once: on a database server each cancel
+    /// holds a pooled connection that shoppers' requests wait for.
     pub async fn expire_overdue(&self) -> Result<usize, OrderError> {
         let now = self.now();
         let mut cancelled = 0;

@@ -136,9 +136,9 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec
 }
 
 /// Runs the reserve script over `batch` and returns its flat answers. The `EVALSHA` command is
-/// built in one buffer: through `redis::ScriptInvocation` every argument was a `Vec` of its own
-/// (four allocations a buy), copied into the command afterwards. As `ScriptInvocation` does, a
-/// server that does not know the script (restarted, failed over) is sent it, then the call again.
+/// built in one buffer, where `redis::ScriptInvocation` makes every argument a `Vec` of its own
+/// and copies it into the command afterwards. As `ScriptInvocation` does, a server that does not
+/// know the script (restarted, failed over) is sent it, then the call again.
 async fn run_reserve(
     redis: &mut RedisLink,
     keys: &Keys,

@@ -13,8 +13,7 @@ use serde::{Serialize, Serializer};
 pub struct Rfc3339(pub Millis);
 
 /// Written digit by digit into a stack buffer: chrono's formatter builds a `String` through its
-/// general formatting machinery, about 1,200 instructions a time, and every accepted buy answers
-/// with two. Years outside 0000-9999 (which RFC 3339 cannot spell) are left to chrono.
+/// general formatting machinery, and every accepted buy answers with two times. Years outside 0000-9999 (which RFC 3339 cannot spell) are left to chrono.
 impl Serialize for Rfc3339 {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use chrono::{Datelike, Timelike};
