@@ -31,8 +31,8 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .method_not_allowed_fallback(wrong_method)
         .with_state(state);
     // The layers wrap the routes once, outermost first. (`Router::layer` would wrap each
-    // route in each layer, boxed: a request then cloned every box under every layer, 21
-    // allocations, before its handler ran.)
+    // route in each layer, boxed: a request would clone every box under every layer before
+    // its handler ran.)
     let layered = ServiceBuilder::new()
         .layer(CatchPanicLayer::custom(panic_to_500))
         .layer(TraceLayer::new_for_http())
