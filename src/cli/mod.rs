@@ -1,5 +1,6 @@
 //! The command line: one binary, one subcommand per job, each with its own options and `run`.
 
+mod bench;
 mod demo;
 mod migrate;
 mod reconcile;
@@ -33,7 +34,7 @@ enum Command {
     /// Run the pipeline's consumers (cluster mode): store accepted orders, cancel unpaid ones.
     Worker,
     /// Drive a running seckill with a crowd of shoppers, then check the invariants held.
-    Bench(crate::bench::Args),
+    Bench(seckill_bench::Args),
     /// Check that the stock gate and the database agree, product by product; exits non-zero
     /// when they do not.
     Reconcile(reconcile::Args),
@@ -56,7 +57,7 @@ pub fn run() -> ExitCode {
                     Command::Migrate => migrate::run(config).await,
                     Command::Demo => demo::run(config).await,
                     Command::Worker => worker::run(config).await,
-                    Command::Bench(args) => crate::bench::run(config, args).await,
+                    Command::Bench(args) => bench::run(config, args).await,
                     Command::Reconcile(args) => reconcile::run(config, args).await,
                 }
             })

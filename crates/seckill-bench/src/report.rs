@@ -1,10 +1,10 @@
 //! The end of a run: a table on stdout (throughput, latency percentiles, outcomes, checks) and
 //! the same as JSON for scripts.
 
-use super::load::Outcome;
-use super::setup::Sale;
-use super::verify::Check;
-use super::{Args, Scenario};
+use crate::load::Outcome;
+use crate::setup::Sale;
+use crate::verify::Check;
+use crate::{Args, Scenario};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -68,7 +68,7 @@ impl Report {
             scenario: args.scenario,
             url: url.to_owned(),
             concurrency: args.concurrency,
-            product: sale.map(|s| s.product.0),
+            product: sale.map(|s| s.product),
             stock: sale.map_or(0, |s| s.stock),
             seconds,
             requests,

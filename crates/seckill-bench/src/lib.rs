@@ -3,15 +3,20 @@
 //! session tokens with the server's secret (so a million shoppers cost seconds, not a million
 //! sign-ups), puts a sale on through the admin API, fires the crowd, waits for the pipeline to
 //! drain, and checks what the database holds against every answer it got.
+//!
+//! The server's database and secrets are reached only through [`Ledger`], which the `seckill`
+//! binary implements: this crate knows the server by its HTTP API and that trait alone.
 
 mod chart;
 mod conn;
+mod ledger;
 mod load;
 mod report;
 mod setup;
 mod verify;
 
-use crate::config::Config;
+pub use ledger::{Ledger, StoredProduct};
+
 use anyhow::Context;
 use clap::ValueEnum;
 use serde::Serialize;
@@ -112,16 +117,22 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// Runs the benchmark; fails (non-zero exit) when an invariant does not hold.
-pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
+/// Runs the benchmark against `args.url`, or else `default_url`; fails (non-zero exit) when an
+/// invariant does not hold. `open_ledger` is called only by a crowd that buys, so `ceiling` and
+/// `hold` need no database.
+pub async fn run<L, F>(args: Args, default_url: &str, open_ledger: F) -> anyhow::Result<()>
+where
+    L: Ledger,
+    F: AsyncFnOnce() -> anyhow::Result<L>,
+{
     anyhow::ensure!(
         args.concurrency > 0 && args.users > 0,
         "concurrency and users must be positive"
     );
     let base = args
         .url
-        .clone()
-        .unwrap_or_else(|| format!("http://{}", config.http_addr))
+        .as_deref()
+        .unwrap_or(default_url)
         .trim_end_matches('/')
         .to_owned();
     let target = conn::Target::parse(&base)?;
@@ -132,11 +143,13 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     let stock = args
         .stock
         .unwrap_or_else(|| args.scenario.stock(args.users));
-    let sale = if args.scenario.buys() {
+    let (ledger, sale) = if args.scenario.buys() {
+        let ledger = open_ledger().await?;
         let limit = args.scenario.per_user_limit();
-        Some(setup::prepare(&config, &client, &base, args.users, stock, limit).await?)
+        let sale = setup::prepare(&ledger, &client, &base, args.users, stock, limit).await?;
+        (Some(ledger), Some(sale))
     } else {
-        None
+        (None, None)
     };
     let plan = load::Plan {
         scenario: args.scenario,
@@ -146,8 +159,8 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         sale: sale.clone(),
     };
     let outcome = load::drive(target, plan).await?;
-    let checks = match (&sale, args.no_verify) {
-        (Some(sale), false) => verify::check_sale(sale, &outcome).await?,
+    let checks = match (&ledger, &sale, args.no_verify) {
+        (Some(ledger), Some(sale), false) => verify::check_sale(ledger, sale, &outcome).await?,
         _ if args.scenario == Scenario::Hold => {
             vec![verify::check_held(args.concurrency, &outcome)]
         }

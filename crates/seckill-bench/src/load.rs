@@ -3,9 +3,9 @@
 //! HDR histogram per kind of request and counted by its outcome (`accepted`, `sold_out`, …);
 //! every accepted order id is kept, for the checks.
 
-use super::Scenario;
-use super::conn::{Connection, Failure, Received, Target};
-use super::setup::Sale;
+use crate::Scenario;
+use crate::conn::{Connection, Failure, Received, Target};
+use crate::setup::Sale;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use hyper::header::HeaderValue;
@@ -174,7 +174,7 @@ pub async fn drive(target: Target, plan: Plan) -> anyhow::Result<Outcome> {
                 .iter()
                 .map(|token| HeaderValue::from_str(&format!("Bearer {token}")))
                 .collect::<Result<_, _>>()?,
-            Bytes::from(json!({ "product_id": sale.product.0, "quantity": 1 }).to_string()),
+            Bytes::from(json!({ "product_id": sale.product, "quantity": 1 }).to_string()),
         ),
         None => (Vec::new(), Bytes::new()),
     };
@@ -375,7 +375,7 @@ impl Crowd {
     /// tries again, while the run lasts.
     async fn shop(&self, sale: &Sale, slot: &mut Slot, deadline: Instant) {
         let shopper = self.next_shopper();
-        let product = format!("/api/v1/products/{}", sale.product.0);
+        let product = format!("/api/v1/products/{}", sale.product);
         self.send(slot, "browse", Method::GET, &product, None).await;
         let Some(order) = self.buy(shopper, slot).await else {
             return;

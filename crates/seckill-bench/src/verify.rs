@@ -1,9 +1,9 @@
 //! After the crowd: wait for the pipeline to drain, then hold the database against every answer
 //! the crowd got.
 
-use super::load::Outcome;
-use super::setup::Sale;
-use crate::domain::UserId;
+use crate::Ledger;
+use crate::load::Outcome;
+use crate::setup::Sale;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -29,24 +29,23 @@ fn check(name: &'static str, passed: bool, detail: String) -> Check {
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Checks the sale's invariants against what the crowd saw.
-pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Check>> {
+pub async fn check_sale(
+    ledger: &impl Ledger,
+    sale: &Sale,
+    outcome: &Outcome,
+) -> anyhow::Result<Vec<Check>> {
     let accepted_units: i64 = outcome.accepted.iter().map(|a| a.units).sum();
     let cancelled_units: i64 = outcome.cancelled.iter().map(|a| a.units).sum();
     let expected_sold = accepted_units - cancelled_units;
-    let holdings = wait_for_drain(sale, expected_sold).await?;
+    let holdings = wait_for_drain(ledger, sale.product, expected_sold).await?;
     let sold = units_held(&holdings);
-    let product = sale
-        .store
+    let product = ledger
         .product(sale.product)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the bench product vanished"))?;
-    let ids: Vec<_> = outcome
-        .accepted
-        .iter()
-        .map(|a| crate::domain::OrderId(a.order))
-        .collect();
+    let ids: Vec<i64> = outcome.accepted.iter().map(|a| a.order).collect();
     let unique: HashSet<_> = ids.iter().collect();
-    let stored = sale.store.stored_among(&ids).await?.len();
+    let stored = ledger.stored_among(&ids).await?.len();
     let sold_out_seen = outcome.count("buy", "sold_out") > 0;
     let (expected, why) = if sold_out_seen {
         (sale.stock, "the crowd met \"sold out\", so all of it")
@@ -55,7 +54,7 @@ pub async fn check_sale(sale: &Sale, outcome: &Outcome) -> anyhow::Result<Vec<Ch
     };
     let over_limit = holdings
         .iter()
-        .filter(|(_, units)| *units > sale.per_user_limit)
+        .filter(|&&units| units > sale.per_user_limit)
         .count();
     Ok(vec![
         check(
@@ -115,13 +114,17 @@ pub fn check_held(connections: usize, outcome: &Outcome) -> Check {
 /// Each buyer's units in stored orders, once their total reaches `expected`, or once it has
 /// stopped changing for 5 s after it began to. Until the first order is stored the wait lasts
 /// up to [`DRAIN_TIMEOUT`]: the workers may start only when the crowd has stopped.
-async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<Vec<(UserId, u32)>> {
+async fn wait_for_drain(
+    ledger: &impl Ledger,
+    product: i64,
+    expected: i64,
+) -> anyhow::Result<Vec<u32>> {
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     let mut first = None;
     let mut moved = false;
     let mut last = (i64::MIN, Instant::now());
     loop {
-        let holdings = sale.store.holdings(sale.product).await?;
+        let holdings = ledger.holdings(product).await?;
         let sold = units_held(&holdings);
         if sold == expected || Instant::now() >= deadline {
             return Ok(holdings);
@@ -136,6 +139,6 @@ async fn wait_for_drain(sale: &Sale, expected: i64) -> anyhow::Result<Vec<(UserI
     }
 }
 
-fn units_held(holdings: &[(UserId, u32)]) -> i64 {
-    holdings.iter().map(|(_, units)| i64::from(*units)).sum()
+fn units_held(holdings: &[u32]) -> i64 {
+    holdings.iter().map(|&units| i64::from(units)).sum()
 }

@@ -3,7 +3,7 @@
 //! one curve per kind of request. Tails are what a flash sale is judged by, and a table of five
 //! percentiles hides their shape.
 
-use super::report::Report;
+use crate::report::Report;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -192,7 +192,7 @@ mod tests {
         }
         latency.insert("browse", Histogram::<u64>::new(3).unwrap());
         let report = Report {
-            scenario: crate::bench::Scenario::Mixed,
+            scenario: crate::Scenario::Mixed,
             url: "http://127.0.0.1:8080/?a&b".into(),
             concurrency: 64,
             product: Some(1),

@@ -1,80 +1,62 @@
 //! Before the crowd arrives: shoppers created in the database in bulk with session tokens signed
-//! by the server's own secret, and a product on sale now, created through the admin API like an
-//! operator would.
+//! by the server's own secret (through the [`Ledger`]), and a product on sale now, created
+//! through the admin API like an operator would.
 
-use crate::app::{ADMIN_TOKEN, TOKEN_SECRET, open_store, secret_setting};
-use crate::auth::TokenSigner;
-use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
-use crate::domain::{ProductId, Username};
-use crate::store::Store;
+use crate::Ledger;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// A password hash no password matches: bench shoppers only ever use their tokens.
-const NO_PASSWORD: &str = "!bench-shopper-without-a-password";
-/// Accounts created per transaction.
-const USERS_PER_TRANSACTION: usize = 5_000;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The sale a run drives, and what checking it afterwards needs.
 #[derive(Clone)]
 pub struct Sale {
-    pub product: ProductId,
+    pub product: i64,
     pub stock: i64,
     pub per_user_limit: u32,
     /// The crowd's session tokens, one per shopper.
     pub shoppers: Arc<Vec<String>>,
-    pub store: Arc<dyn Store>,
 }
 
 /// Creates the crowd and the product.
 pub async fn prepare(
-    config: &Config,
+    ledger: &impl Ledger,
     client: &reqwest::Client,
     base: &str,
     users: usize,
     stock: i64,
     per_user_limit: u32,
 ) -> anyhow::Result<Sale> {
-    let store = open_store(config).await?;
-    let now = SystemClock.now_ms();
-    let (secret, _) = secret_setting(&*store, config.secret.as_ref(), TOKEN_SECRET).await?;
-    let (admin, _) = secret_setting(&*store, config.admin_token.as_ref(), ADMIN_TOKEN).await?;
-    let signer = TokenSigner::new(
-        secret.expose().as_bytes(),
-        (config.session_ttl_secs * 1000) as i64,
-    );
-    let run = now % 100_000_000;
-    let names: Vec<Username> = (0..users)
-        .map(|i| Username::parse(&format!("bench{run}-{i}")))
-        .collect::<Result<_, _>>()
-        .context("bench user names")?;
+    // Names this run's shoppers and product apart from earlier runs' on the same database.
+    let run = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+        % 100_000_000;
+    let names: Vec<String> = (0..users).map(|i| format!("bench{run}-{i}")).collect();
     eprintln!("creating {users} shoppers…");
-    let mut shoppers = Vec::with_capacity(users);
-    for chunk in names.chunks(USERS_PER_TRANSACTION) {
-        let ids = store.create_users(chunk, NO_PASSWORD, now).await?;
-        for (name, id) in chunk.iter().zip(ids) {
-            let id = id.with_context(|| format!("user {} exists already", name.as_str()))?;
-            shoppers.push(signer.issue(id, name, now).0);
-        }
-    }
+    let shoppers = ledger.create_shoppers(&names).await?;
     let name = format!("Bench phone {run}");
-    let product =
-        create_product(client, base, admin.expose(), &name, stock, per_user_limit).await?;
+    let product = create_product(
+        client,
+        base,
+        ledger.admin_token(),
+        &name,
+        stock,
+        per_user_limit,
+    )
+    .await?;
     // The checks read this database: one the server does not use would fail them all, after
     // the whole crowd ran, with nothing to say why. (Its own product may have the same id.)
-    if store
+    if ledger
         .product(product)
         .await?
         .is_none_or(|found| found.name != name)
     {
         bail!(
-            "product {} was created through {base} but is not in {}: give the bench the \
-             server's SECKILL_DATABASE_URL, the checks read the database",
-            product.0,
-            crate::redact::url(&config.database_url)
+            "product {product} was created through {base} but is not in {}: give the bench \
+             the server's SECKILL_DATABASE_URL, the checks read the database",
+            ledger.location()
         );
     }
     wait_until_on_sale(client, base, product).await?;
@@ -83,7 +65,6 @@ pub async fn prepare(
         stock,
         per_user_limit,
         shoppers: Arc::new(shoppers),
-        store,
     })
 }
 
@@ -94,7 +75,7 @@ async fn create_product(
     name: &str,
     stock: i64,
     per_user_limit: u32,
-) -> anyhow::Result<ProductId> {
+) -> anyhow::Result<i64> {
     let now = chrono::Utc::now();
     let response = client
         .post(format!("{base}/api/v1/admin/products"))
@@ -118,10 +99,7 @@ async fn create_product(
             "creating the bench product answered {status}: {body} (same admin token and database as the server?)"
         );
     }
-    body["id"]
-        .as_i64()
-        .map(ProductId)
-        .context("the created product has no id")
+    body["id"].as_i64().context("the created product has no id")
 }
 
 /// Waits until the server shows the product as on sale (a server that did not create it learns
@@ -129,9 +107,9 @@ async fn create_product(
 async fn wait_until_on_sale(
     client: &reqwest::Client,
     base: &str,
-    product: ProductId,
+    product: i64,
 ) -> anyhow::Result<()> {
-    let url = format!("{base}/api/v1/products/{}", product.0);
+    let url = format!("{base}/api/v1/products/{product}");
     for _ in 0..50 {
         let response = client.get(&url).send().await?;
         if response.status().is_success() {
@@ -139,5 +117,5 @@ async fn wait_until_on_sale(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("the server never showed product {} as on sale", product.0)
+    bail!("the server never showed product {product} as on sale")
 }
