@@ -18,7 +18,6 @@ use crate::pipeline::ticker;
 use crate::pipeline::worker::Worker;
 use crate::sale::{SaleParts, SaleService, SaleSettings};
 use crate::store::Store;
-use crate::store::sql::SqlStore;
 use anyhow::Context;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use cluster::Cluster;
@@ -31,15 +30,14 @@ use tokio::task::JoinHandle;
 
 /// Opens the store, loading its schema, and nothing else: for `migrate` and `demo`.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let store = SqlStore::connect(&config.database_url, config.database_max_connections)
+    crate::store::open(&config.database_url, config.database_max_connections)
         .await
         .with_context(|| {
             format!(
                 "opening the database {}",
                 crate::redact::url(&config.database_url)
             )
-        })?;
-    Ok(Arc::new(store))
+        })
 }
 
 fn random_secret() -> String {

@@ -1,16 +1,37 @@
 //! Durable state: users, sale events, products and orders. [`Store`] is the one interface the
-//! rest of the system sees; each database gets its own implementation with its own SQL.
+//! rest of the system sees, and [`open`] the one place that picks its implementation:
+//!
+//! - [`sqlite`]: the embedded file, with the orders' hot path through SQLite's own API and
+//!   group fsync of the log;
+//! - [`server`]: PostgreSQL or MySQL/MariaDB through sqlx;
+//! - [`sql`]: what both share (statement text, dialect spellings, row decoding, migrations),
+//!   knowing neither. Neither store imports the other.
 //!
 //! Every change that can race is a single conditional statement (`… WHERE status =
 //! 'awaiting_payment'`, `… AND stock >= ?`) whose affected-row count decides who won, never a
 //! read followed by a write.
 
+pub mod server;
 pub mod sql;
+pub mod sqlite;
 
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
 use async_trait::async_trait;
+use sql::Dialect;
+use std::sync::Arc;
+
+/// Opens the database `url` names, SQLite file or database server, with at most
+/// `max_connections` (a per-backend default when `None`), and brings its schema up to date.
+pub async fn open(url: &str, max_connections: Option<u32>) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match Dialect::from_url(url)? {
+        Dialect::Sqlite => Arc::new(sqlite::SqliteStore::open(url, max_connections).await?),
+        Dialect::Postgres | Dialect::MySql => {
+            Arc::new(server::ServerStore::connect(url, max_connections).await?)
+        }
+    })
+}
 
 /// A database failure. Always the server's problem, never the client's.
 #[derive(Debug, thiserror::Error)]
@@ -19,10 +40,10 @@ pub enum StoreError {
     #[error("database: {0}")]
     Sql(#[from] sqlx::Error),
     /// Through SQLite's own API: order batches, payments, cancels and reads of orders (see
-    /// `sql::SqliteOrders` and `sql::SqliteReads`).
+    /// [`sqlite`]).
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    /// A failure shared by every write of one batch (SQLite's payments and cancels).
+    /// A failure shared by every change of one batch (SQLite's payments and cancels).
     #[error(transparent)]
     Shared(std::sync::Arc<StoreError>),
 }

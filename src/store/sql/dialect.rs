@@ -1,11 +1,9 @@
-//! What differs between SQLite, PostgreSQL and MySQL/MariaDB, kept to this one file: how a
-//! database is recognised from its URL, its migrations, its session settings, and the few
-//! spellings that differ (placeholders, "insert unless it exists", "return the new id",
-//! integer casts). Everything else is one SQL text for all three.
+//! What differs in the SQL of SQLite, PostgreSQL and MySQL/MariaDB, kept to this one file: how a
+//! database is recognised from its URL, its migrations, and the few spellings that differ
+//! (placeholders, "insert unless it exists", "return the new id", integer casts). Everything
+//! else is one SQL text for all three. How each connects is its store's business.
 
 use anyhow::bail;
-use sqlx::Executor;
-use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
@@ -15,8 +13,11 @@ static MYSQL_MIGRATIONS: Migrator = sqlx::migrate!("migrations/mysql");
 /// A supported database family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
+    /// The embedded file.
     Sqlite,
+    /// PostgreSQL.
     Postgres,
+    /// MySQL or MariaDB, which speak the same protocol.
     MySql,
 }
 
@@ -34,81 +35,12 @@ impl Dialect {
         })
     }
 
-    /// The URL as the driver expects it: SQLite files are created on first start, and
-    /// `mariadb://` is MySQL's protocol.
-    pub fn driver_url(self, url: &str) -> String {
-        match self {
-            Self::Sqlite if !url.contains("mode=") => {
-                let separator = if url.contains('?') { '&' } else { '?' };
-                format!("{url}{separator}mode=rwc")
-            }
-            Self::MySql => url.replacen("mariadb:", "mysql:", 1),
-            _ => url.to_owned(),
-        }
-    }
-
     /// The migrations of this family.
     pub fn migrator(self) -> &'static Migrator {
         match self {
             Self::Sqlite => &SQLITE_MIGRATIONS,
             Self::Postgres => &POSTGRES_MIGRATIONS,
             Self::MySql => &MYSQL_MIGRATIONS,
-        }
-    }
-
-    /// Statements run on every new connection. For SQLite: WAL so readers never block the
-    /// writer, and `synchronous=FULL` so anything committed survives power loss, which is the
-    /// promise behind a `202`. (The one writer connection syncs on its own terms: see
-    /// [`Self::sqlite_writer_options`].)
-    pub fn session_setup(self) -> &'static [&'static str] {
-        match self {
-            Self::Sqlite => &[
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA synchronous = FULL",
-                "PRAGMA busy_timeout = 10000",
-            ],
-            Self::Postgres | Self::MySql => &[],
-        }
-    }
-
-    /// A pool of `size` connections, each set up with [`Self::session_setup`].
-    pub fn pool_options(self, size: u32) -> AnyPoolOptions {
-        self.pool_with_setup(size, &[])
-    }
-
-    /// SQLite's writer of everything but order batches: one connection, kept for the life of
-    /// the process (so its page cache and prepared statements stay warm, and the log it writes
-    /// is never deleted under [`super::WalFlush`]), that commits with `synchronous=NORMAL`: it
-    /// writes the log but leaves syncing it to [`super::WalFlush`], after the write lock is
-    /// free.
-    pub fn sqlite_writer_options() -> AnyPoolOptions {
-        Self::Sqlite
-            .pool_with_setup(1, &["PRAGMA synchronous = NORMAL"])
-            .test_before_acquire(false)
-            .idle_timeout(None)
-            .max_lifetime(None)
-    }
-
-    /// A pool of `size` connections, each set up with [`Self::session_setup`] and then
-    /// `overrides`.
-    fn pool_with_setup(self, size: u32, overrides: &'static [&'static str]) -> AnyPoolOptions {
-        AnyPoolOptions::new()
-            .max_connections(size)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    for statement in self.session_setup().iter().chain(overrides) {
-                        conn.execute(*statement).await?;
-                    }
-                    Ok(())
-                })
-            })
-    }
-
-    /// Connections in the pool. SQLite has one writer anyway; servers get more.
-    pub fn pool_size(self) -> u32 {
-        match self {
-            Self::Sqlite => 8,
-            Self::Postgres | Self::MySql => 16,
         }
     }
 
@@ -195,18 +127,5 @@ mod tests {
             "UPDATE t SET a = $1 WHERE id = $2 AND b >= $3"
         );
         assert_eq!(Dialect::MySql.placeholders(sql), sql);
-    }
-
-    #[test]
-    fn sqlite_files_are_created_on_first_start() {
-        assert_eq!(
-            Dialect::Sqlite.driver_url("sqlite://a.db"),
-            "sqlite://a.db?mode=rwc"
-        );
-        assert_eq!(
-            Dialect::Sqlite.driver_url("sqlite://a.db?mode=ro"),
-            "sqlite://a.db?mode=ro"
-        );
-        assert_eq!(Dialect::MySql.driver_url("mariadb://h/db"), "mysql://h/db");
     }
 }

@@ -5,7 +5,6 @@ use crate::domain::{
     Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity, SaleEvent, SaleWindow, UserId,
 };
 use crate::store::UserRecord;
-use rusqlite::types::Type;
 use sqlx::any::AnyRow;
 use sqlx::{Column, Row};
 
@@ -22,14 +21,25 @@ macro_rules! order_columns {
          created_at, pay_before, paid_at, cancelled_at"
     };
 }
-pub(super) use {order_columns, product_columns};
+/// The columns an order is stored with; the rest are set by later changes.
+macro_rules! new_order_columns {
+    () => {
+        "id, user_id, product_id, product_name, unit_price_cents, quantity, total_cents, status, \
+         created_at, pay_before"
+    };
+}
+pub(in crate::store) use {new_order_columns, order_columns, product_columns};
 
-/// A row of either driver, read by position: sqlx's for every database, SQLite's own for its
-/// reads of orders (see `SqliteReads`). One decoder per domain type serves both.
+/// A row of either driver, read by position: sqlx's for every database, SQLite's own for the
+/// SQLite store's reads of orders. One decoder per domain type serves both.
 pub trait Columns {
+    /// The driver's error.
     type Error;
+    /// An integer column.
     fn int(&self, at: usize) -> Result<i64, Self::Error>;
+    /// An integer column that may be `NULL`.
     fn maybe_int(&self, at: usize) -> Result<Option<i64>, Self::Error>;
+    /// A text column.
     fn text(&self, at: usize) -> Result<String, Self::Error>;
     /// The column's name, as the statement gives it.
     fn name(&self, at: usize) -> &str;
@@ -56,29 +66,9 @@ impl Columns for AnyRow {
     }
 }
 
-impl Columns for rusqlite::Row<'_> {
-    type Error = rusqlite::Error;
-    fn int(&self, at: usize) -> rusqlite::Result<i64> {
-        self.get(at)
-    }
-    fn maybe_int(&self, at: usize) -> rusqlite::Result<Option<i64>> {
-        self.get(at)
-    }
-    fn text(&self, at: usize) -> rusqlite::Result<String> {
-        self.get(at)
-    }
-    fn name(&self, at: usize) -> &str {
-        self.as_ref().column_name(at).unwrap_or("")
-    }
-    fn invalid(&self, at: usize) -> rusqlite::Error {
-        let reason = format!("invalid {} in database", self.name(at));
-        rusqlite::Error::FromSqlConversionFailure(at, Type::Integer, reason.into())
-    }
-}
-
 /// Reads a row's columns one after another, in the order its statement lists them. Each read
 /// names the column it expects, which debug builds check. By position, because a lookup by
-/// name costs a search through the columns, each a call into SQLite for its own rows.
+/// name searches through the columns, on SQLite's own rows with a call into SQLite for each.
 struct Cursor<'r, R> {
     row: &'r R,
     next: usize,
@@ -137,6 +127,7 @@ impl<'r, R: Columns> Cursor<'r, R> {
     }
 }
 
+/// A product, from a row of the columns its statements list.
 pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
     let mut c = Cursor::new(row);
     Ok(Product {
@@ -155,6 +146,7 @@ pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
     })
 }
 
+/// An order, from a row of the columns its statements list.
 pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
     let mut c = Cursor::new(row);
     Ok(Order {
@@ -177,6 +169,7 @@ pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
     })
 }
 
+/// A sale event, from a row of the columns its statements list.
 pub fn event<R: Columns>(row: &R) -> Result<SaleEvent, R::Error> {
     let mut c = Cursor::new(row);
     Ok(SaleEvent {
@@ -186,6 +179,7 @@ pub fn event<R: Columns>(row: &R) -> Result<SaleEvent, R::Error> {
     })
 }
 
+/// An account, from a row of the columns its statements list.
 pub fn user<R: Columns>(row: &R) -> Result<UserRecord, R::Error> {
     let mut c = Cursor::new(row);
     Ok(UserRecord {

@@ -1,15 +1,16 @@
 //! Orders read from SQLite through its own API, in place.
 //!
-//! Through sqlx, reading one order went to the pool, over to the connection's own thread and
-//! back: under callgrind about 40,000 instructions a read, several times what SQLite spends
-//! finding the row, and every payment and cancel reads its order first. Here a read takes an
-//! idle connection of its own, runs on the caller's thread and puts the connection back. A
-//! read by key takes microseconds, so it runs on the async runtime's thread without handing
-//! the thread over; in WAL mode a reader never waits for the writer.
+//! Through sqlx, reading one order goes to the pool, over to the connection's own thread and
+//! back, which costs several times what SQLite spends finding the row; and every payment and
+//! cancel reads its order. Here a read takes an idle connection of its own, runs on the
+//! caller's thread and puts the connection back. A read by key takes microseconds, so it runs
+//! on the async runtime's thread without handing the thread over; in WAL mode a reader never
+//! waits for the writer.
 
-use super::rows;
-use super::{ORDER, ORDERS_OF_USER};
 use crate::domain::{Order, OrderId, UserId};
+use crate::store::sql::rows::{self, Columns};
+use crate::store::sql::{ORDER, ORDERS_OF_USER};
+use rusqlite::types::Type;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -87,5 +88,26 @@ impl SqliteReads {
         // as sqlx's connections do.
         conn.busy_timeout(BUSY_TIMEOUT)?;
         Ok(conn)
+    }
+}
+
+/// SQLite's own rows, decoded by the same functions as sqlx's.
+impl Columns for rusqlite::Row<'_> {
+    type Error = rusqlite::Error;
+    fn int(&self, at: usize) -> rusqlite::Result<i64> {
+        self.get(at)
+    }
+    fn maybe_int(&self, at: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(at)
+    }
+    fn text(&self, at: usize) -> rusqlite::Result<String> {
+        self.get(at)
+    }
+    fn name(&self, at: usize) -> &str {
+        self.as_ref().column_name(at).unwrap_or("")
+    }
+    fn invalid(&self, at: usize) -> rusqlite::Error {
+        let reason = format!("invalid {} in database", self.name(at));
+        rusqlite::Error::FromSqlConversionFailure(at, Type::Integer, reason.into())
     }
 }

@@ -1,8 +1,8 @@
 //! Payments and cancels on SQLite, many to a transaction.
 //!
-//! SQLite has one writer. Each payment or cancel used to hold it for a transaction of its own,
-//! taking turns with whole order batches, so under a crowd that buys, pays and cancels, every
-//! write queued behind one turn per payment. Now each change waits here, and whichever caller
+//! SQLite has one writer. A payment or cancel holding it for a transaction of its own, taking
+//! turns with whole order batches, would make every write under a crowd that buys, pays and
+//! cancels queue behind one turn per payment. So each change waits here, and whichever caller
 //! gets the turn first applies every change waiting in one transaction and answers the others.
 //! No thread of its own: the caller that leads does the work, as with `WalFlush`'s syncs.
 

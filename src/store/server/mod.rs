@@ -1,0 +1,353 @@
+//! The [`Store`] on a database server, PostgreSQL or MySQL/MariaDB, every statement through
+//! sqlx's `Any` driver in the server's [`Dialect`]. Each statement is a round trip, so an order
+//! batch is a handful of statements whatever its size; a commit is durable once the server
+//! answers it. Several servers and workers write at once, so a transaction the database aborts
+//! for a conflict is tried again ([`retry`]).
+
+mod retry;
+
+use super::sql::rows::{self, new_order_columns};
+use super::sql::{
+    self, AnyQuery, CANCEL_ORDER, Dialect, INSERT_ROWS, MARK_PAID, ORDER, ORDERS_OF_USER,
+    RETURN_STOCK, TAKE_STOCK, Tables, query, units_of,
+};
+use super::{NewProduct, Persisted, ProductPatch, Store, StoreResult, UserRecord};
+use crate::domain::{
+    Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+};
+use async_trait::async_trait;
+use retry::retry_conflicts;
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::{Any, Transaction};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// Connections when the configuration names no number.
+const POOL_SIZE: u32 = 16;
+
+/// The database server's [`Store`].
+pub struct ServerStore {
+    /// Everything but the orders' writes and reads by key; its writer is its read pool.
+    tables: Tables,
+    sql: OrderStatements,
+}
+
+/// The statements of orders only this store runs through sqlx, in its dialect.
+struct OrderStatements {
+    take_stock: Arc<str>,
+    order: Arc<str>,
+    orders_of_user: Arc<str>,
+    mark_paid: Arc<str>,
+    cancel_order: Arc<str>,
+    return_stock: Arc<str>,
+}
+
+impl OrderStatements {
+    fn new(d: Dialect) -> Self {
+        let sql = |text: &str| -> Arc<str> { d.placeholders(text).into() };
+        Self {
+            take_stock: sql(TAKE_STOCK),
+            order: sql(ORDER),
+            orders_of_user: sql(ORDERS_OF_USER),
+            mark_paid: sql(MARK_PAID),
+            cancel_order: sql(CANCEL_ORDER),
+            return_stock: sql(RETURN_STOCK),
+        }
+    }
+}
+
+impl ServerStore {
+    /// Connects to the PostgreSQL or MySQL/MariaDB database `url` names (creating it if the
+    /// server lacks it) with at most `max_connections` (a default when `None`), and brings the
+    /// schema up to date.
+    pub async fn connect(url: &str, max_connections: Option<u32>) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let dialect = Dialect::from_url(url)?;
+        anyhow::ensure!(
+            dialect != Dialect::Sqlite,
+            "a SQLite URL names no database server"
+        );
+        // A server without the named database: make it, so a first start needs no manual
+        // step. Without the rights to, the connection below fails with the server's own
+        // reason.
+        if matches!(Any::database_exists(url).await, Ok(false)) {
+            Any::create_database(url).await?;
+        }
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections.unwrap_or(POOL_SIZE))
+            .connect(&driver_url(url))
+            .await?;
+        sql::migrate(&pool, dialect).await?;
+        Ok(Self {
+            tables: Tables::new(pool.clone(), pool, dialect),
+            sql: OrderStatements::new(dialect),
+        })
+    }
+
+    /// One batch in one transaction, with a handful of statements whatever its size: which
+    /// ids are stored already (redeliveries), one guarded stock update per product for all of
+    /// its new orders (order by order only when a product cannot cover the whole batch), then
+    /// multi-row inserts. A concurrent writer storing one of these ids first makes an insert
+    /// fail on the key; the whole batch is then tried again and sees it as stored.
+    async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
+        let mut tx = self.tables.writer().begin().await?;
+        let ids: Vec<OrderId> = orders.iter().map(|o| o.id).collect();
+        let stored = self.tables.stored_ids(&mut tx, &ids).await?;
+        let mut seen: HashSet<OrderId> = stored.into_iter().collect();
+        let mut outcomes = vec![Persisted::Duplicate; orders.len()];
+        let mut by_product: BTreeMap<ProductId, Vec<usize>> = BTreeMap::new();
+        for (i, order) in orders.iter().enumerate() {
+            if seen.insert(order.id) {
+                by_product.entry(order.product_id).or_default().push(i);
+            }
+        }
+        let mut new = Vec::with_capacity(orders.len());
+        // Products in id order: concurrent batches lock their rows in the same order.
+        for (product, batch) in by_product {
+            let units: i64 = batch.iter().map(|&i| units_of(&orders[i])).sum();
+            if self.take_stock(&mut tx, product, units).await? {
+                new.extend(&batch);
+                continue;
+            }
+            for i in batch {
+                if self
+                    .take_stock(&mut tx, product, units_of(&orders[i]))
+                    .await?
+                {
+                    new.push(i);
+                } else {
+                    outcomes[i] = Persisted::OutOfStock;
+                }
+            }
+        }
+        for chunk in new.chunks(INSERT_ROWS) {
+            let mut insert = self.insert_orders_statement(chunk.len());
+            for &i in chunk {
+                let o = &orders[i];
+                insert = insert
+                    .bind(o.id.0)
+                    .bind(o.user_id.0)
+                    .bind(o.product_id.0)
+                    .bind(o.product_name.clone())
+                    .bind(o.unit_price.cents())
+                    .bind(units_of(o))
+                    .bind(o.total.cents())
+                    .bind(o.status.as_str())
+                    .bind(o.created_at)
+                    .bind(o.pay_before);
+                outcomes[i] = Persisted::Inserted;
+            }
+            insert.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    /// An insert of `rows` new orders in one statement.
+    fn insert_orders_statement(&self, rows: usize) -> AnyQuery<'static> {
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
+        let text = format!(
+            concat!("INSERT INTO orders (", new_order_columns!(), ") VALUES {}"),
+            values
+        );
+        query(&self.tables.dialect().placeholders(&text).into())
+    }
+
+    /// Takes `units` from a product's stock if it has them. True when taken.
+    async fn take_stock(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        product: ProductId,
+        units: i64,
+    ) -> StoreResult<bool> {
+        let taken = query(&self.sql.take_stock)
+            .bind(units)
+            .bind(product.0)
+            .bind(units)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        Ok(taken == 1)
+    }
+
+    async fn try_cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
+        let mut tx = self.tables.writer().begin().await?;
+        let cancelled = query(&self.sql.cancel_order)
+            .bind(now)
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if cancelled == 0 {
+            return Ok(None);
+        }
+        let row = query(&self.sql.order)
+            .bind(id.0)
+            .fetch_one(&mut *tx)
+            .await?;
+        let order = rows::order(&row)?;
+        query(&self.sql.return_stock)
+            .bind(units_of(&order))
+            .bind(now)
+            .bind(order.product_id.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(order))
+    }
+}
+
+#[async_trait]
+impl Store for ServerStore {
+    async fn setting_or_insert(&self, key: &str, proposed: &str) -> StoreResult<String> {
+        self.tables.insert_setting(key, proposed).await?;
+        self.tables.setting(key).await
+    }
+
+    async fn create_user(
+        &self,
+        username: &Username,
+        password_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<UserId>> {
+        self.tables.create_user(username, password_hash, now).await
+    }
+
+    async fn create_users(
+        &self,
+        usernames: &[Username],
+        password_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<Option<UserId>>> {
+        self.tables
+            .create_users(usernames, password_hash, now)
+            .await
+    }
+
+    async fn user_by_name(&self, username: &str) -> StoreResult<Option<UserRecord>> {
+        self.tables.user_by_name(username).await
+    }
+
+    async fn create_event(
+        &self,
+        title: &str,
+        window: SaleWindow,
+        now: Millis,
+    ) -> StoreResult<SaleEvent> {
+        self.tables.create_event(title, window, now).await
+    }
+
+    async fn events(&self) -> StoreResult<Vec<SaleEvent>> {
+        self.tables.events().await
+    }
+
+    async fn event(&self, id: i64) -> StoreResult<Option<SaleEvent>> {
+        self.tables.event(id).await
+    }
+
+    async fn create_product(&self, product: &NewProduct, now: Millis) -> StoreResult<Product> {
+        let id = self.tables.insert_product(product, now).await?;
+        self.tables.created_product(id).await
+    }
+
+    async fn update_product(
+        &self,
+        id: ProductId,
+        patch: &ProductPatch,
+        now: Millis,
+    ) -> StoreResult<Option<Product>> {
+        self.tables.update_product(id, patch, now).await?;
+        self.tables.product(id).await
+    }
+
+    async fn add_stock(
+        &self,
+        id: ProductId,
+        quantity: i64,
+        now: Millis,
+    ) -> StoreResult<Option<Product>> {
+        self.tables.add_stock(id, quantity, now).await?;
+        self.tables.product(id).await
+    }
+
+    async fn product(&self, id: ProductId) -> StoreResult<Option<Product>> {
+        self.tables.product(id).await
+    }
+
+    async fn products(&self) -> StoreResult<Vec<Product>> {
+        self.tables.products().await
+    }
+
+    async fn holdings(&self, product: ProductId) -> StoreResult<Vec<(UserId, u32)>> {
+        self.tables.holdings(product).await
+    }
+
+    async fn insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
+        retry_conflicts(|| self.try_insert_orders(orders)).await
+    }
+
+    async fn order(&self, id: OrderId) -> StoreResult<Option<Order>> {
+        let row = query(&self.sql.order)
+            .bind(id.0)
+            .fetch_optional(self.tables.pool())
+            .await?;
+        Ok(row.as_ref().map(rows::order).transpose()?)
+    }
+
+    async fn orders_of_user(&self, user: UserId) -> StoreResult<Vec<Order>> {
+        let rows = query(&self.sql.orders_of_user)
+            .bind(user.0)
+            .fetch_all(self.tables.pool())
+            .await?;
+        Ok(rows.iter().map(rows::order).collect::<Result<_, _>>()?)
+    }
+
+    async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
+        let paid = query(&self.sql.mark_paid)
+            .bind(now)
+            .bind(id.0)
+            .bind(now)
+            .execute(self.tables.writer())
+            .await?;
+        Ok(paid.rows_affected() == 1)
+    }
+
+    async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
+        retry_conflicts(|| self.try_cancel_order(id, now)).await
+    }
+
+    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {
+        self.tables.overdue_orders(now, limit).await
+    }
+
+    async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>> {
+        self.tables.cancelled_orders(product).await
+    }
+
+    async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
+        self.tables.stored_among(candidates).await
+    }
+}
+
+/// The URL as sqlx expects it: `mariadb://` is MySQL's protocol.
+fn driver_url(url: &str) -> String {
+    match url.strip_prefix("mariadb:") {
+        Some(rest) => format!("mysql:{rest}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mariadb_urls_speak_mysql() {
+        assert_eq!(driver_url("mariadb://h/db"), "mysql://h/db");
+        assert_eq!(
+            driver_url("mysql://mariadb:pw@h/db"),
+            "mysql://mariadb:pw@h/db"
+        );
+    }
+}
