@@ -244,11 +244,35 @@ async fn products_far_in_the_future_are_preheated_by_the_scheduler_before_they_s
         )
         .await;
     let product = body["id"].as_i64().unwrap();
+    assert_eq!(
+        gate_units(&app, product).await,
+        None,
+        "not due an hour ahead"
+    );
+
+    // Into the preheat lead: nothing in the test loads the product and nobody buys, so only
+    // the server's once-a-second scheduler can put it in the gate.
     clock.advance(3_600_000 - 30_000);
-    app.state.sale.preheat_due().await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while gate_units(&app, product).await != Some(5) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the scheduler did not preheat the product within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
     clock.advance(30_000);
     let token = &app.users(1).await[0];
     assert_eq!(app.buy(token, product, 1).await.0, StatusCode::ACCEPTED);
+}
+
+/// The units the stock gate holds for `product`, as the reconcile audit reads them: `None`
+/// until the product is loaded into the gate.
+async fn gate_units(app: &TestApp, product: i64) -> Option<i64> {
+    let audits = app.state.sale.audit().await.unwrap();
+    let audit = audits.iter().find(|a| a.product.id.0 == product).unwrap();
+    audit.gate.map(|gate| gate.remaining)
 }
 
 #[tokio::test]
