@@ -15,7 +15,9 @@ use std::time::Duration;
 const LEASE: Duration = Duration::from_secs(5);
 
 /// Takes the lock when free, with the next fencing token. KEYS = lock, token counter (one hash
-/// tag). ARGV = lease ms. Returns the token, or 0 when another process leads.
+/// tag). ARGV = lease ms, this process's nonce. The lock holds token and nonce: a counter that
+/// Redis lost restarts at 1, and a token alone could then match the one an earlier leader still
+/// renews. Returns the token, or 0 when another process leads.
 static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -23,13 +25,14 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
+redis.call('SET', KEYS[1], token .. ':' .. ARGV[2], 'PX', ARGV[1])
 return token
 ",
     )
 });
 
-/// Extends the lock only if it still holds our token. Returns 1 when extended.
+/// Extends the lock only if it still holds our token and nonce (`TOKEN:NONCE`). Returns 1 when
+/// extended.
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -50,6 +53,8 @@ pub enum Leadership {
         redis: RedisLink,
         lock: String,
         counter: String,
+        /// Drawn once per process, stored in the lock beside the token (see `TAKE`).
+        nonce: u64,
         /// Our fencing token while we lead.
         token: Option<i64>,
     },
@@ -62,6 +67,7 @@ impl Leadership {
             redis,
             lock: format!("{prefix}{{leader}}"),
             counter: format!("{prefix}{{leader}}:token"),
+            nonce: rand::random(),
             token: None,
         }
     }
@@ -73,6 +79,7 @@ impl Leadership {
             redis,
             lock,
             counter,
+            nonce,
             token,
         } = self
         else {
@@ -82,7 +89,7 @@ impl Leadership {
         let result: Result<i64, _> = match *token {
             Some(held) => RENEW
                 .key(&*lock)
-                .arg(held)
+                .arg(format!("{held}:{nonce}"))
                 .arg(lease_ms)
                 .invoke_async(redis)
                 .await
@@ -91,6 +98,7 @@ impl Leadership {
                 TAKE.key(&*lock)
                     .key(&*counter)
                     .arg(lease_ms)
+                    .arg(*nonce)
                     .invoke_async(redis)
                     .await
             }
@@ -113,5 +121,47 @@ impl Leadership {
             *token = now;
         }
         now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_leader_whose_lock_redis_lost_stands_down_when_another_takes_the_same_token() {
+        let url = std::env::var("SECKILL_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let mut redis = crate::redis_link::connect(&url).await.unwrap_or_else(|e| {
+            panic!("this test needs Redis at {url} (start it with scripts/services redis): {e}")
+        });
+        let prefix = format!("seckill-unit:{}:leader:", std::process::id());
+        let mut first = Leadership::shared(redis.clone(), &prefix);
+        let mut second = Leadership::shared(redis.clone(), &prefix);
+        assert_eq!(first.lead().await, Some(1));
+        assert_eq!(second.lead().await, None);
+
+        // Redis restarts empty: the lock and the token counter are gone, so the next leader
+        // draws token 1 again.
+        let (lock, counter) = (
+            format!("{prefix}{{leader}}"),
+            format!("{prefix}{{leader}}:token"),
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&lock)
+            .arg(&counter)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(second.lead().await, Some(1));
+        assert_eq!(first.lead().await, None, "two leaders at once");
+        assert_eq!(second.lead().await, Some(1));
+
+        let _: () = redis::cmd("DEL")
+            .arg(&lock)
+            .arg(&counter)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
     }
 }

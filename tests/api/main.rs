@@ -13,6 +13,7 @@ mod migrate;
 mod pages;
 mod pipeline;
 mod processes;
+mod redis_restart;
 mod restart;
 mod sessions;
 mod shared_gate;

@@ -17,23 +17,31 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The backends all processes of one test share.
-struct Cluster {
+pub(crate) struct Cluster {
     db: Arc<TestDatabase>,
-    prefix: String,
+    /// The Redis of the processes (the observer's is always the local one).
+    redis: String,
+    pub(crate) prefix: String,
     amqp: Option<(String, String)>,
 }
 
 impl Cluster {
     fn new(db: Arc<TestDatabase>) -> Self {
+        Self::on_redis(db, redis_url())
+    }
+
+    /// Processes over the Redis at `redis`.
+    pub(crate) fn on_redis(db: Arc<TestDatabase>, redis: String) -> Self {
         Self {
             db,
+            redis,
             prefix: fresh_prefix(),
             amqp: backend::amqp(),
         }
     }
 
     /// The in-process server that mints tokens and reads the database; it runs no worker.
-    async fn observer(&self) -> TestApp {
+    pub(crate) async fn observer(&self) -> TestApp {
         server_on_with(&self.db, &self.prefix, false, self.amqp.clone(), |_| {}).await
     }
 
@@ -46,7 +54,7 @@ impl Cluster {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("RUST_LOG", "error")
             .env("SECKILL_DATABASE_URL", &self.db.url)
-            .env("SECKILL_REDIS_URL", redis_url())
+            .env("SECKILL_REDIS_URL", &self.redis)
             .env("SECKILL_REDIS_KEY_PREFIX", &self.prefix)
             .env("SECKILL_SECRET", SECRET)
             .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
@@ -68,7 +76,7 @@ impl Cluster {
     }
 
     /// Starts a process and waits for the first line it prints (it is ready then).
-    async fn start(&self, subcommand: &str, extra: &[(&str, &str)]) -> (Child, String) {
+    pub(crate) async fn start(&self, subcommand: &str, extra: &[(&str, &str)]) -> (Child, String) {
         let mut child = self.command(subcommand, extra).spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
@@ -83,7 +91,7 @@ impl Cluster {
     }
 
     /// A server process; returns it and its base URL.
-    async fn server(&self) -> (Child, String) {
+    pub(crate) async fn server(&self) -> (Child, String) {
         let (child, line) = self.start("serve", &[]).await;
         let base = line
             .split_whitespace()
