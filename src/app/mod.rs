@@ -277,7 +277,9 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let router = crate::http::router(self.state.clone(), self.max_body_bytes);
-        crate::http::serve::serve(listener, router, shutdown).await;
+        crate::http::server::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
         if let Some(worker) = self.worker {
             worker.stop().await;
         }

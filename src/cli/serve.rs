@@ -29,12 +29,13 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     config.run_worker |= args.worker;
     // Registered before any work starts (see `shutdown_signal`).
     let stop = super::shutdown_signal();
+    raise_file_limit();
     if args.demo {
         let store = crate::app::open_store(&config).await?;
         crate::demo::seed(&store, SystemClock.now_ms()).await?;
     }
     let app = App::build(&config, Arc::new(SystemClock)).await?;
-    let listener = crate::http::serve::listen(config.http_addr)
+    let listener = crate::http::server::listen(config.http_addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.http_addr))?;
     let addr = listener.local_addr()?;
     println!(
@@ -54,6 +55,20 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
         print_demo_logins();
     }
     app.serve(listener, stop).await
+}
+
+/// Lets the process open as many files as its hard limit allows: every client connection is
+/// one, and the server caps connections below the limit it finds when it starts.
+fn raise_file_limit() {
+    match crate::http::server::raise_file_limit() {
+        Ok(limit) => tracing::info!(
+            soft = limit.soft,
+            hard = limit.hard,
+            max_connections = crate::http::server::default_max_connections(),
+            "open-file limit"
+        ),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
 }
 
 /// Prints the demo shoppers' logins.

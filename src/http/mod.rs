@@ -8,7 +8,7 @@ pub mod client_ip;
 pub mod pages;
 pub mod rate_limit;
 mod router;
-pub mod serve;
+pub mod server;
 
 pub use router::router;
 

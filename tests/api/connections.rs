@@ -1,14 +1,20 @@
 //! The server loop on raw sockets: idle keep-alive connections are parked and woken without a
 //! byte lost, closed ones end, and a stop does not wait for parked ones. A crowded server parks
-//! connections between any two requests, again without a byte lost.
+//! connections between any two requests, again without a byte lost. Clients that stall or idle
+//! are cut off at their deadlines, and a flood of stalled connections is shed, oldest first,
+//! before it can take the file descriptors the server needs to answer.
 
-use crate::helpers::TestApp;
+use crate::backend::TestDatabase;
+use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp};
 use axum::Router;
 use axum::routing::{get, post};
-use seckill::http::serve::{PARK_AFTER, listen, serve_crowd};
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use seckill::http::server::{PARK_AFTER, Serve, listen, serve};
+use std::future::IntoFuture;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio::process::Command;
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
@@ -168,19 +174,34 @@ async fn a_thousand_connections_arriving_at_once_all_get_through() {
     );
 }
 
-/// A server that is always crowded (it parks every connection as soon as it is between
-/// requests), answering `GET /healthz` and `POST /echo` of `hello world` as the real `/healthz`
-/// does. Its address; it stops with the test's runtime.
-fn crowded_server() -> String {
+/// A server as `configure` sets it up, answering `GET /healthz`, `POST /echo` of `hello world`
+/// and `GET /slow` (after a second and a half) as the real `/healthz` does. Its address; it
+/// stops with the test's runtime.
+fn server(configure: impl FnOnce(Serve) -> Serve) -> String {
     const OK: &str = "{\"status\":\"ok\"}";
-    let router = Router::new().route("/healthz", get(|| async { OK })).route(
-        "/echo",
-        post(|body: String| async move { if body == "hello world" { OK } else { "wrong" } }),
-    );
+    let router = Router::new()
+        .route("/healthz", get(|| async { OK }))
+        .route(
+            "/echo",
+            post(|body: String| async move { if body == "hello world" { OK } else { "wrong" } }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                OK
+            }),
+        );
     let listener = listen(([127, 0, 0, 1], 0).into()).unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve_crowd(listener, router, std::future::pending(), 0));
+    tokio::spawn(configure(serve(listener, router)).into_future());
     addr.to_string()
+}
+
+/// A server that is always crowded: it parks every connection as soon as it is between
+/// requests.
+fn crowded_server() -> String {
+    server(|serve| serve.crowd(0))
 }
 
 #[tokio::test]
@@ -257,4 +278,196 @@ async fn a_crowded_server_answers_every_request_of_a_crowd() {
     while let Some(shopper) = shoppers.join_next().await {
         shopper.unwrap();
     }
+}
+
+/// Waits until the server closes `stream` (an end of stream or a reset), reading and dropping
+/// whatever it sends; how long that took from `since`.
+async fn closed(stream: &mut TcpStream, since: Instant, within: Duration) -> Duration {
+    let mut rest = Vec::new();
+    let outcome = timeout(within, stream.read_to_end(&mut rest)).await;
+    assert!(outcome.is_ok(), "still open after {within:?}");
+    since.elapsed()
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn a_request_head_that_stalls_halfway_is_closed_at_the_header_deadline() {
+    let addr = server(|serve| serve.header_read_timeout(SECOND));
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(&HEALTHZ[..12]).await.unwrap();
+    let took = closed(&mut stream, start, 4 * SECOND).await;
+    assert!(
+        took >= SECOND * 9 / 10,
+        "closed after {took:?}, before its deadline"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_at_the_header_deadline() {
+    let addr = server(|serve| serve.header_read_timeout(SECOND));
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let took = closed(&mut stream, start, 4 * SECOND).await;
+    assert!(
+        took >= SECOND * 9 / 10,
+        "closed after {took:?}, before its deadline"
+    );
+}
+
+/// The first request after a connection was parked gets a header deadline of its own.
+#[tokio::test]
+async fn a_parked_connection_whose_next_request_stalls_is_closed_at_the_header_deadline() {
+    let header_read = 3 * SECOND;
+    let addr = server(|serve| serve.header_read_timeout(header_read));
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(HEALTHZ).await.unwrap();
+    healthy(&mut stream).await;
+    idle().await;
+    let start = Instant::now();
+    stream.write_all(&HEALTHZ[..12]).await.unwrap();
+    let took = closed(&mut stream, start, header_read + 3 * SECOND).await;
+    assert!(
+        took >= header_read * 9 / 10,
+        "closed after {took:?}, before its deadline"
+    );
+}
+
+#[tokio::test]
+async fn a_request_body_that_stops_coming_is_closed() {
+    let addr = server(|serve| serve.header_read_timeout(SECOND));
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 11\r\n\r\nhello";
+    stream.write_all(head).await.unwrap();
+    closed(&mut stream, start, 4 * SECOND).await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_at_the_idle_deadline() {
+    let idle_timeout = 2 * SECOND;
+    let addr = server(|serve| {
+        serve
+            .header_read_timeout(10 * SECOND)
+            .idle_timeout(idle_timeout)
+    });
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(HEALTHZ).await.unwrap();
+    healthy(&mut stream).await;
+    let start = Instant::now();
+    let took = closed(&mut stream, start, idle_timeout + 3 * SECOND).await;
+    assert!(
+        took >= idle_timeout * 9 / 10,
+        "closed after {took:?}, before its deadline"
+    );
+}
+
+/// More stalled connections than the cap: the oldest are shed to make room, a request in
+/// progress is not, and `/healthz` is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_cap_the_oldest_stalled_connections_are_shed_first() {
+    const CAP: usize = 64;
+    const STALLED: usize = 100;
+    let addr = server(|serve| serve.max_connections(CAP));
+    let mut slow = TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /slow HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut stalled = Vec::new();
+    for i in 0..STALLED {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        // Half of them half a request, half of them nothing; a shed one may be closed already.
+        if i % 2 == 0 {
+            let _ = stream.write_all(&HEALTHZ[..12]).await;
+        }
+        stalled.push(stream);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut fresh = TcpStream::connect(&addr).await.unwrap();
+    fresh.write_all(HEALTHZ).await.unwrap();
+    healthy(&mut fresh).await;
+    healthy(&mut slow).await;
+
+    let mut checks = JoinSet::new();
+    for (i, mut stream) in stalled.into_iter().enumerate() {
+        checks.spawn(async move {
+            let mut rest = Vec::new();
+            let open = timeout(Duration::from_millis(500), stream.read_to_end(&mut rest))
+                .await
+                .is_err();
+            (i, open)
+        });
+    }
+    let mut open = [false; STALLED];
+    while let Some(check) = checks.join_next().await {
+        let (i, is_open) = check.unwrap();
+        open[i] = is_open;
+    }
+    let shed = open.iter().position(|&open| open).unwrap_or(STALLED);
+    assert!(
+        open[shed..].iter().all(|&open| open),
+        "only the oldest are shed: {open:?}"
+    );
+    // The slow request's connection, the fresh one and the stalled ones left fit under the cap.
+    assert!(STALLED - shed + 2 <= CAP, "{shed} shed, {open:?}");
+    assert!(
+        STALLED - shed + 2 >= CAP - 8,
+        "{shed} shed, more than needed"
+    );
+}
+
+/// As deployed on a system whose open-file limit is 1,024 (soft and hard): a client that opens
+/// more stalled connections than that does not keep `/healthz` from answering, time after time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_under_a_limit_of_1024_files_answers_through_1100_stalled_connections() {
+    // This process holds the 1,100 sockets.
+    seckill::http::server::raise_file_limit().unwrap();
+    let db = TestDatabase::fresh().await;
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -n 1024 && exec \"$0\" serve"])
+        .arg(env!("CARGO_BIN_EXE_seckill"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "error")
+        .env("SECKILL_DATABASE_URL", &db.url)
+        .env("SECKILL_SECRET", SECRET)
+        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = timeout(30 * SECOND, lines.next_line())
+        .await
+        .expect("the server starts within 30 s")
+        .unwrap()
+        .expect("the server prints its address");
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    let mut stalled = Vec::new();
+    for i in 0..1_100 {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        if i % 2 == 0 {
+            let _ = stream.write_all(&HEALTHZ[..12]).await;
+        }
+        stalled.push(stream);
+    }
+    for _ in 0..3 {
+        let mut stream = timeout(5 * SECOND, TcpStream::connect(&addr))
+            .await
+            .expect("connected within 5 s")
+            .unwrap();
+        stream.write_all(HEALTHZ).await.unwrap();
+        healthy(&mut stream).await;
+    }
+    assert!(child.try_wait().unwrap().is_none(), "the server is running");
+    drop(stalled);
 }

@@ -80,7 +80,7 @@ impl TestApp {
         tweak(&mut config);
         let app = App::build(&config, clock).await.expect("app builds");
         let state = app.state().clone();
-        let listener = seckill::http::serve::listen(([127, 0, 0, 1], 0).into()).unwrap();
+        let listener = seckill::http::server::listen(([127, 0, 0, 1], 0).into()).unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {

@@ -1,0 +1,269 @@
+//! One connection from accept to close: served by hyper while it is busy, parked as a bare
+//! socket while it idles, and closed when its client stalls or idles past a deadline, or when
+//! the server sheds it.
+
+use super::activity::Activity;
+use super::limits::PARK_AFTER;
+use super::table::{Connections, Open};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::{Buf, Bytes};
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+/// A connection between requests: the socket and any bytes already read from it.
+struct Parked {
+    stream: TcpStream,
+    unread: Bytes,
+}
+
+/// Serves one connection until it is over, parked whenever it idles.
+pub(super) async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    mut stop: watch::Receiver<()>,
+    open: Open,
+) {
+    let (connections, activity) = (open.connections(), &open.activity);
+    let limits = connections.limits;
+    let mut parked = Parked {
+        stream,
+        unread: Bytes::new(),
+    };
+    loop {
+        if parked.unread.is_empty() {
+            let deadline = activity.park_deadline(limits.header_read, limits.idle);
+            tokio::select! {
+                ready = parked.stream.readable() => if ready.is_err() { return },
+                () = tokio::time::sleep_until(deadline.into()) => return,
+                () = activity.shed.notified() => return,
+                _ = stop.changed() => return,
+            }
+        }
+        match serve_until_idle(parked, peer, &router, &mut stop, connections, activity).await {
+            Some(next) => {
+                connections.parkings.fetch_add(1, Ordering::Relaxed);
+                parked = next;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Serves requests on `parked` until it has been idle for [`PARK_AFTER`], or until it is
+/// between requests while the server is crowded; then hands it back. `None` when the
+/// connection is over: closed by the client, broken, stalled past its deadline, shed, or told
+/// to stop.
+async fn serve_until_idle(
+    parked: Parked,
+    peer: SocketAddr,
+    router: &Router,
+    stop: &mut watch::Receiver<()>,
+    connections: &Connections,
+    activity: &Arc<Activity>,
+) -> Option<Parked> {
+    let service = {
+        let (router, activity) = (router.clone(), activity.clone());
+        hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let body_pending = !request.body().is_end_stream();
+            let number = activity.request_begun(body_pending);
+            let request = request.map(|body| {
+                if body_pending {
+                    Body::new(Tracked {
+                        body,
+                        activity: activity.clone(),
+                        number,
+                    })
+                } else {
+                    Body::new(body)
+                }
+            });
+            let (router, activity) = (router.clone(), activity.clone());
+            Box::pin(async move {
+                let response = router.oneshot(request).await;
+                activity.request_answered();
+                response
+            })
+                as Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>
+        })
+    };
+    let io = TokioIo::new(Replay(parked, activity.clone()));
+    // Boxed, so a parked connection's task does not carry hyper's state in its own size.
+    let mut http = Box::new(connections.http.serve_connection(io, service));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PARK_AFTER, PARK_AFTER);
+    let mut seen = activity.mark();
+    let (mut parking, mut stopping, mut parking_at_once) = (false, false, false);
+    loop {
+        tokio::select! {
+            done = std::future::poll_fn(|cx| {
+                let polled = http.poll_without_shutdown(cx);
+                if polled.is_pending()
+                    && !parking_at_once
+                    && connections.crowded()
+                    && activity.between_requests()
+                {
+                    // Idle between requests, hyper hands the connection back at once.
+                    Pin::new(&mut *http).graceful_shutdown();
+                    parking_at_once = true;
+                    return http.poll_without_shutdown(cx);
+                }
+                polled
+            }) => {
+                done.ok()?;
+                // Unless parked on purpose, hyper is done because the client closed.
+                if stopping || !(parking || parking_at_once) {
+                    return None;
+                }
+                let parts = http.into_parts();
+                let Replay(mut parked, _) = parts.io.into_inner();
+                // Bytes of the next request that hyper read but did not use come first.
+                parked.unread = [parts.read_buf, parked.unread].concat().into();
+                return Some(parked);
+            }
+            _ = tick.tick() => {
+                // hyper's own deadline covers a request's head; this one also covers a body
+                // that stops coming and an answer the client stops reading.
+                let stalled = Instant::now().saturating_duration_since(activity.last_active());
+                if !activity.handling() && stalled >= connections.limits.header_read {
+                    return None;
+                }
+                let mark = activity.mark();
+                if mark == seen && !activity.answering() && !parking && !stopping {
+                    // Idle: hyper hands the connection back now. (Had a request's first
+                    // bytes sat unfinished for a whole period, hyper answers it first, with
+                    // `Connection: close`.)
+                    Pin::new(&mut *http).graceful_shutdown();
+                    parking = true;
+                }
+                seen = mark;
+            }
+            () = activity.shed.notified(), if !stopping => {
+                // A half-sent head is the client's loss; anything else ends after its answer.
+                if activity.awaiting_head() {
+                    return None;
+                }
+                Pin::new(&mut *http).graceful_shutdown();
+                stopping = true;
+            }
+            _ = stop.changed(), if !stopping => {
+                Pin::new(&mut *http).graceful_shutdown();
+                stopping = true;
+            }
+        }
+    }
+}
+
+/// A request body that tells the connection when the client has sent all of it: until then
+/// the request waits on the client, and a client that stops sending is cut off.
+struct Tracked {
+    body: Incoming,
+    activity: Arc<Activity>,
+    /// The request's number on its connection.
+    number: u64,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) || self.body.is_end_stream() {
+            self.activity.body_done(self.number);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.activity.body_done(self.number);
+    }
+}
+
+/// A parked connection's socket that first replays the bytes read before it was parked, and
+/// records what moves through it.
+struct Replay(Parked, Arc<Activity>);
+
+impl AsyncRead for Replay {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let unread = &mut self.0.unread;
+        if unread.is_empty() {
+            let before = buf.filled().len();
+            let read = Pin::new(&mut self.0.stream).poll_read(cx, buf);
+            let n = buf.filled().len() - before;
+            if n > 0 {
+                self.1.bytes_arrived(n);
+            }
+            return read;
+        }
+        let n = unread.len().min(buf.remaining());
+        buf.put_slice(&unread[..n]);
+        unread.advance(n);
+        self.1.bytes_arrived(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Replay {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let attempt = Pin::new(&mut self.0.stream).poll_write(cx, buf);
+        self.1.wrote(attempt)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let attempt = Pin::new(&mut self.0.stream).poll_write_vectored(cx, bufs);
+        self.1.wrote(attempt)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0.stream).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,251 @@
+//! seckill's HTTP/1.1 server, written for a crowd that holds connections open and mostly idle,
+//! and for clients that would hold them open to do harm:
+//! `server::serve(listener, router).with_graceful_shutdown(signal).await`.
+//!
+//! Parking: `axum::serve` keeps hyper's read and write buffers for every open connection, busy
+//! or not. Here a connection that has had no request for [`PARK_AFTER`] is handed back by hyper
+//! and parked as a bare socket; its next bytes wake it and a fresh hyper connection, with fresh
+//! buffers, serves them. Bytes hyper had read but not yet used are replayed to the next one, so
+//! nothing is lost in the hand-over. With more than [`CROWD`] connections open, a connection is
+//! parked as soon as it is between requests, so a crowd costs the buffers of the requests in
+//! progress, not those of every connection. Parking frees memory inside the allocator; every
+//! few seconds after parking the freed pages are handed back to the system.
+//!
+//! Deadlines: a request's head must arrive within [`HEADER_READ_TIMEOUT`] (hyper's own timer,
+//! and the parked wait of a fresh connection), a client that stalls mid-body or stops reading
+//! its answer is cut off after as long, and a connection with no request for [`IDLE_TIMEOUT`]
+//! is closed, parked or not. Only a request the application is working on waits without limit.
+//!
+//! The cap: open connections stay below the process's open-file limit (see
+//! [`default_max_connections`]), so a flood of connections cannot starve the database pools or
+//! the listener of file descriptors. At the cap, the connections idle or stalled the longest are
+//! shed to make room; one in the middle of a request never is.
+
+mod activity;
+mod connection;
+mod limits;
+mod table;
+
+pub use limits::{
+    CROWD, FileLimit, HEADER_READ_TIMEOUT, IDLE_TIMEOUT, PARK_AFTER, RESERVED_FILES,
+    default_max_connections, file_limit, raise_file_limit,
+};
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioTimer;
+use limits::Limits;
+use std::future::{IntoFuture, Pending};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use table::Connections;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::watch;
+
+/// How many finished handshakes the kernel may queue for `accept`. A flash sale's crowd connects
+/// within the same second; past the queue's end the kernel drops the handshake, and the shopper's
+/// system tries again only after a second (then three). tokio's `TcpListener::bind` asks for
+/// far fewer than a crowd. The kernel caps the queue at `net.core.somaxconn`.
+pub const LISTEN_BACKLOG: u32 = 65_535;
+
+/// How often memory freed by parked connections is handed back to the system, and trouble
+/// accepting connections is reported (at most once per period, so a flood cannot flood the log).
+const TIDY_EVERY: Duration = Duration::from_secs(5);
+
+/// How long accepting pauses after it failed for want of file descriptors: the connections shed
+/// meanwhile give theirs back, and the loop never spins on an error that repeats at once.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// A listener on `addr` whose queue holds a crowd's connections (see [`LISTEN_BACKLOG`]).
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // A restarted server binds at once, as with `TcpListener::bind`.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Serves `router` on `listener` when awaited, with the default deadlines and cap; the
+/// [`Serve`] methods change them.
+pub fn serve(listener: TcpListener, router: Router) -> Serve {
+    Serve {
+        listener,
+        router,
+        shutdown: std::future::pending(),
+        limits: Limits::default(),
+    }
+}
+
+/// A server ready to run: await it. It runs until its shutdown signal completes (never, unless
+/// [`with_graceful_shutdown`](Self::with_graceful_shutdown) gave one), then lets the requests
+/// in flight finish and closes every connection.
+#[must_use = "a server does nothing until it is awaited"]
+pub struct Serve<S = Pending<()>> {
+    listener: TcpListener,
+    router: Router,
+    shutdown: S,
+    limits: Limits,
+}
+
+impl<S> Serve<S> {
+    /// Stops accepting when `signal` completes, then drains.
+    pub fn with_graceful_shutdown<F>(self, signal: F) -> Serve<F>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Serve {
+            listener: self.listener,
+            router: self.router,
+            shutdown: signal,
+            limits: self.limits,
+        }
+    }
+
+    /// Parks connections as soon as they are between requests once more than `connections` are
+    /// open (default [`CROWD`]).
+    pub fn crowd(mut self, connections: usize) -> Self {
+        self.limits.crowd = connections;
+        self
+    }
+
+    /// How long a client may take to send a request's head, or stall in a request or in reading
+    /// its answer (default [`HEADER_READ_TIMEOUT`]). It also bounds how long a connection
+    /// waits for its next request before it is parked, so keep it above twice [`PARK_AFTER`].
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.header_read = timeout;
+        self
+    }
+
+    /// How long a served connection may wait for its next request (default [`IDLE_TIMEOUT`]).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.idle = timeout;
+        self
+    }
+
+    /// Most connections open at once (default [`default_max_connections`], from the open-file
+    /// limit when the server starts).
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.limits.max_connections = Some(max);
+        self
+    }
+}
+
+impl<S> IntoFuture for Serve<S>
+where
+    S: Future<Output = ()> + Send + 'static,
+{
+    type Output = ();
+    type IntoFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(run(self))
+    }
+}
+
+/// The server loop: accepts, admits under the cap, tidies, and drains on shutdown.
+async fn run<S>(server: Serve<S>)
+where
+    S: Future<Output = ()> + Send + 'static,
+{
+    let Serve {
+        listener,
+        router,
+        shutdown,
+        limits,
+    } = server;
+    let max = limits
+        .max_connections
+        .unwrap_or_else(default_max_connections);
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read);
+    let connections = Arc::new(Connections::new(limits, max, http));
+    tracing::info!(
+        max_connections = max,
+        header_read_timeout = ?limits.header_read,
+        idle_timeout = ?limits.idle,
+        "serving HTTP"
+    );
+    // Every connection holds a receiver: `send` tells them to stop, and `closed` waits for
+    // the last one to drop its receiver.
+    let (stop, stopped) = watch::channel(());
+    let mut tidy = tokio::time::interval(TIDY_EVERY);
+    let pause = tokio::time::sleep(Duration::ZERO);
+    let mut paused = false;
+    // Since the last report: connections refused at the cap, and the last accept error.
+    let (mut refused, mut failed) = (0u64, None::<(u64, io::Error)>);
+    tokio::pin!(shutdown, pause);
+    loop {
+        tokio::select! {
+            accepted = listener.accept(), if !paused => match accepted {
+                Ok((stream, peer)) => match connections.admit() {
+                    Some(open) => {
+                        let _ = stream.set_nodelay(true);
+                        let stopped = stopped.clone();
+                        tokio::spawn(connection::connection(stream, peer, router.clone(), stopped, open));
+                    }
+                    // Every open connection is in a request: this one is closed at once.
+                    None => refused += 1,
+                },
+                // The client gave up before it was accepted: nothing to wait for.
+                Err(e) if is_connection_error(&e) => {}
+                // Out of file descriptors, most likely.
+                Err(e) => {
+                    connections.shed(1 + max / 64);
+                    pause.as_mut().reset(tokio::time::Instant::now() + ACCEPT_PAUSE);
+                    paused = true;
+                    let times = failed.take().map_or(0, |(times, _)| times) + 1;
+                    failed = Some((times, e));
+                }
+            },
+            () = &mut pause, if paused => paused = false,
+            _ = tidy.tick() => {
+                if connections.parkings.swap(0, Ordering::Relaxed) > 0 {
+                    tokio::task::spawn_blocking(give_back_freed_memory);
+                }
+                if refused > 0 {
+                    tracing::warn!(refused, max_connections = max, "connections refused at the cap: every open one was in a request");
+                    refused = 0;
+                }
+                if let Some((times, error)) = failed.take() {
+                    tracing::warn!(%error, times, "accepting connections failed; idle ones were shed");
+                }
+            },
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    drop(stopped);
+    let _ = stop.send(());
+    stop.closed().await;
+}
+
+/// An accept error that concerns only the connection being accepted.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Hands memory that glibc keeps for reuse back to the system. After a burst of thousands of
+/// connections, the buffers their parking freed lie scattered inside the heap, where glibc's
+/// ordinary trimming (only at the heap's top) never reaches them.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointer of ours and only walks glibc's own free lists,
+    // under glibc's own locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
