@@ -236,6 +236,18 @@ impl<T: Serialize> IntoResponse for AppJson<T> {
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct AppPath<T>(pub T);
 
+/// Too many password hashes under way: 503, since the server, not the client, is short.
+impl From<crate::auth::password::Busy> for ApiError {
+    fn from(_: crate::auth::password::Busy) -> Self {
+        Self::client(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many sign-ins are being checked right now; nothing changed, try again shortly",
+        )
+        .retry_after(1)
+    }
+}
+
 /// Which business refusal is which HTTP answer, in one table.
 impl From<crate::sale::BuyError> for ApiError {
     fn from(e: crate::sale::BuyError) -> Self {

@@ -13,6 +13,7 @@ pub mod server;
 pub use router::router;
 
 use crate::auth::extract::AuthKeys;
+use crate::auth::password::Hasher;
 use crate::sale::SaleService;
 use crate::store::Store;
 use axum::extract::FromRef;
@@ -28,7 +29,9 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Token signer, admin token and clock for the auth extractors.
     pub auth: Arc<AuthKeys>,
-    /// Per-user and per-address throttles.
+    /// Where every password hash runs, a bounded number at a time (sign-up and sign-in).
+    pub passwords: Arc<Hasher>,
+    /// Per-user, per-address and per-account throttles.
     pub limits: Arc<RateLimits>,
     /// Whether the session cookie is marked `Secure`.
     pub secure_cookies: bool,

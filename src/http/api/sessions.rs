@@ -1,7 +1,10 @@
 //! Accounts and sign-in: `POST /users` registers, `POST /sessions` signs in and hands out a
 //! session token (also set as an HttpOnly cookie for the pages), `DELETE /sessions` signs out.
+//! Both hash a password, so both wait for a turn at the
+//! [`Hasher`](crate::auth::password::Hasher) and are refused with 503 `busy` when too many are
+//! under way; a refused request changes nothing.
 
-use crate::auth::{SESSION_COOKIE, password};
+use crate::auth::SESSION_COOKIE;
 use crate::domain::{Password, Username};
 use crate::error::{ApiError, AppJson};
 use crate::http::AppState;
@@ -41,7 +44,7 @@ async fn register(
         .map_err(|e| ApiError::invalid("invalid_username", e.to_string()))?;
     let password = Password::parse(&body.password)
         .map_err(|e| ApiError::invalid("weak_password", e.to_string()))?;
-    let hash = password::hash(password).await?;
+    let hash = state.passwords.turn().await?.hash(password).await?;
     let id = state
         .store
         .create_user(&username, &hash, state.sale.now())
@@ -77,9 +80,13 @@ async fn sign_in(
         )
     };
     let username = Username::parse(&body.username).map_err(|_| invalid())?;
+    // The turn first, then the account's count: a sign-in refused as busy costs the account
+    // nothing, and only sign-ins about to hash can add an account to the throttle.
+    let turn = state.passwords.turn().await?;
+    state.limits.check_sign_in(&username)?;
     let record = state.store.user_by_name(username.as_str()).await?;
     let stored_hash = record.as_ref().map(|r| r.password_hash.clone());
-    if !password::verify(body.password, stored_hash).await? {
+    if !turn.verify(body.password, stored_hash).await? {
         return Err(invalid());
     }
     let record = record.ok_or_else(invalid)?;
