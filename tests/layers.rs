@@ -32,8 +32,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "store",
         ],
     ),
-    ("error", &["domain", "gate", "sale", "store"]),
-    ("auth", &["clock", "config", "domain", "error"]),
+    ("auth", &["clock", "domain"]),
+    ("error", &["auth", "domain", "gate", "sale", "store"]),
     ("demo", &["auth", "clock", "domain", "store"]),
     (
         "http",

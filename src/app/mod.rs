@@ -4,11 +4,11 @@
 mod cluster;
 
 use crate::auth::TokenSigner;
-use crate::auth::extract::AuthKeys;
 use crate::clock::SharedClock;
 use crate::config::{Config, Secret};
 use crate::gate::memory::MemoryGate;
 use crate::http::AppState;
+use crate::http::extract::AuthKeys;
 use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
 use crate::pipeline::GroupCommit;

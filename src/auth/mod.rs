@@ -1,9 +1,8 @@
-//! Who is asking: password hashing for accounts, signed session tokens that are checked without
-//! any I/O, and the request extractors that turn a token into a user.
+//! Who is asking: password hashing for accounts (bounded, so sign-ins cannot take the server's
+//! memory) and signed session tokens that are checked without any I/O. The request extractors
+//! that turn a token into a user are HTTP's (`http::extract`).
 
-pub mod extract;
 pub mod password;
 pub mod token;
 
-pub use extract::{AdminAuth, CurrentUser, SESSION_COOKIE};
 pub use token::TokenSigner;

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod assets;
 pub mod client_ip;
+pub mod extract;
 pub mod pages;
 pub mod rate_limit;
 mod router;
@@ -12,8 +13,8 @@ pub mod server;
 
 pub use router::router;
 
-use crate::auth::extract::AuthKeys;
 use crate::auth::password::Hasher;
+use crate::http::extract::AuthKeys;
 use crate::sale::SaleService;
 use crate::store::Store;
 use axum::extract::FromRef;

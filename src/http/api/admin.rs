@@ -2,10 +2,10 @@
 //! sale events and products, change products, add stock to a live sale.
 
 use super::{EventView, ProductView};
-use crate::auth::AdminAuth;
 use crate::domain::{Millis, Money, ProductId, Quantity, SaleWindow};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
+use crate::http::extract::AdminAuth;
 use crate::sale::{NewProductInput, ProductChanges};
 use axum::Router;
 use axum::extract::State;

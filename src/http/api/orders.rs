@@ -3,11 +3,11 @@
 //! once the order is durable.
 
 use super::OrderView;
-use crate::auth::CurrentUser;
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
+use crate::http::extract::CurrentUser;
 use crate::sale::Payment;
 use axum::Router;
 use axum::extract::State;

@@ -4,11 +4,11 @@
 //! [`Hasher`](crate::auth::password::Hasher) and are refused with 503 `busy` when too many are
 //! under way; a refused request changes nothing.
 
-use crate::auth::SESSION_COOKIE;
 use crate::domain::{Password, Username};
 use crate::error::{ApiError, AppJson};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
+use crate::http::extract::SESSION_COOKIE;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

@@ -1,7 +1,7 @@
 //! Request extractors: [`CurrentUser`] from a session token (cookie or bearer header) and
 //! [`AdminAuth`] from the admin token. Both are checked in memory, with no I/O.
 
-use super::TokenSigner;
+use crate::auth::TokenSigner;
 use crate::clock::SharedClock;
 use crate::config::Secret;
 use crate::domain::UserId;
