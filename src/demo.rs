@@ -67,7 +67,7 @@ pub async fn seed(store: &Arc<dyn Store>, now: Millis) -> anyhow::Result<()> {
     for (name, password) in DEMO_USERS {
         let username = Username::parse(name)?;
         if store.user_by_name(name).await?.is_none() {
-            let turn = crate::auth::password::Hasher::per_core().turn().await?;
+            let turn = crate::auth::password::Hasher::per_core()?.turn().await?;
             let hash = turn.hash(crate::domain::Password::parse(password)?).await?;
             store.create_user(&username, &hash, now).await?;
         }

@@ -239,7 +239,7 @@ impl App {
                 admin_token: admin_token.clone(),
                 clock,
             }),
-            passwords: Arc::new(crate::auth::password::Hasher::per_core()),
+            passwords: Arc::new(crate::auth::password::Hasher::per_core()?),
             limits,
             secure_cookies: config.secure_cookies,
             client_ip_header: config

@@ -1,21 +1,29 @@
 //! Argon2id password hashes, run through a [`Hasher`] that bounds how many run at once.
 //!
-//! One hash holds 19 MiB (argon2's default memory cost) and a whole core, by design. So it
-//! runs on tokio's blocking threads, never on the workers that answer buys and `/healthz`; at
-//! most one per core runs at a time; a few more requests may wait a moment for their turn, and
+//! One hash holds 19 MiB (argon2's default memory cost) and a whole core, by design. So hashes
+//! run on threads of their own, never on the workers that answer buys and `/healthz`; at most
+//! one per core runs at a time; a few more requests may wait a moment for their turn, and
 //! anything beyond that is refused at once with [`Busy`]. A flood of sign-ins then costs a
 //! fixed amount of memory and CPU instead of an amount that grows with the flood.
+//!
+//! Each hashing thread keeps its argon2 working memory and reuses it for every hash it runs
+//! (`hash_password_into_with_memory`), so the hashes' memory is taken once per thread instead
+//! of churned through the allocator, whose freed 19 MiB blocks end up split by small
+//! allocations and do not go back to the system.
 
 use crate::domain::Password;
 use anyhow::Context;
-use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{Output, PasswordHash, SaltString};
+use argon2::{Algorithm, Argon2, Block, Params, Version};
+use std::cell::RefCell;
 use std::num::NonZeroUsize;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 /// Requests that may wait for a turn, per turn: enough to smooth a burst of sign-ins, few
 /// enough that the last in line is served within a handful of hashes.
@@ -36,7 +44,12 @@ pub struct Hasher {
     turn_count: usize,
     max_wait: Duration,
     running: Arc<Gauge>,
+    /// Hands a hash to the hashing threads.
+    jobs: SyncSender<Job>,
 }
+
+/// A hash to run, with what it reports back.
+type Job = Box<dyn FnOnce() + Send>;
 
 /// Hashes running right now and the most that ever ran at once, so the bound can be observed.
 #[derive(Default)]
@@ -74,25 +87,38 @@ pub struct Turn {
     _place: OwnedSemaphorePermit,
     _turn: OwnedSemaphorePermit,
     running: Arc<Gauge>,
+    jobs: SyncSender<Job>,
 }
 
 impl Hasher {
     /// One turn per core (`available_parallelism`), with a short queue.
-    pub fn per_core() -> Self {
+    pub fn per_core() -> anyhow::Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         Self::new(cores, QUEUE_PER_TURN * cores, MAX_WAIT)
     }
 
-    /// `turns` hashes at once (at least one), `queue` more requests waiting up to `max_wait`.
-    pub fn new(turns: usize, queue: usize, max_wait: Duration) -> Self {
+    /// `turns` hashes at once (at least one) on as many threads, `queue` more requests waiting
+    /// up to `max_wait`. The threads end when the hasher and its turns are gone.
+    pub fn new(turns: usize, queue: usize, max_wait: Duration) -> anyhow::Result<Self> {
         let turns = turns.max(1);
-        Self {
+        // Never full: a job is sent only by the holder of a turn, and there are `turns` turns.
+        let (jobs, queued) = std::sync::mpsc::sync_channel(turns);
+        let queued = Arc::new(Mutex::new(queued));
+        for _ in 0..turns {
+            let queued = queued.clone();
+            std::thread::Builder::new()
+                .name("password-hash".into())
+                .spawn(move || run_jobs(&queued))
+                .context("starting a password hashing thread")?;
+        }
+        Ok(Self {
             turns: Arc::new(Semaphore::new(turns)),
             places: Arc::new(Semaphore::new(turns + queue)),
             turn_count: turns,
             max_wait,
             running: Arc::default(),
-        }
+            jobs,
+        })
     }
 
     /// Waits for a turn, or refuses at once when the queue is full, or after the wait runs out.
@@ -106,6 +132,7 @@ impl Hasher {
             _place: place,
             _turn: turn,
             running: self.running.clone(),
+            jobs: self.jobs.clone(),
         })
     }
 
@@ -123,14 +150,9 @@ impl Hasher {
 impl Turn {
     /// Hashes a new password into a self-describing PHC string (algorithm, parameters, salt).
     pub async fn hash(self, password: Password) -> anyhow::Result<String> {
-        self.run(move || {
-            let salt = SaltString::generate(&mut OsRng);
-            Argon2::default()
-                .hash_password(password.expose().as_bytes(), &salt)
-                .map(|h| h.to_string())
-                .map_err(|e| anyhow::anyhow!("hashing a password: {e}"))
-        })
-        .await?
+        self.run(move || new_hash(password.expose().as_bytes()))
+            .await?
+            .map_err(|e| anyhow::anyhow!("hashing a password: {e}"))
     }
 
     /// Checks a password attempt against a stored hash; a malformed hash counts as a mismatch.
@@ -144,45 +166,113 @@ impl Turn {
         self.run(move || {
             let known = stored_hash.is_some();
             let stored = stored_hash.unwrap_or_else(|| dummy_hash().to_owned());
-            let matches = PasswordHash::new(&stored)
-                .map(|parsed| {
-                    Argon2::default()
-                        .verify_password(attempt.as_bytes(), &parsed)
-                        .is_ok()
-                })
-                .unwrap_or(false);
+            let matches = matches(attempt.as_bytes(), &stored).unwrap_or(false);
             known && matches
         })
         .await
     }
 
-    /// Runs `work` on a blocking thread, counted as running, and gives the turn back after it.
+    /// Runs `work` on a hashing thread, counted as running, and gives the turn back after it.
     async fn run<T: Send + 'static>(
         self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> anyhow::Result<T> {
-        tokio::task::spawn_blocking(move || {
+        let (answer, answered) = oneshot::channel();
+        let jobs = self.jobs.clone();
+        let job: Job = Box::new(move || {
             // The whole turn moves here, so its permits go back when the hash is done, not
-            // when the request is. Locals drop in reverse: uncounted first, then the permits,
-            // so the next hash never overlaps this one in the gauge.
+            // when the request is: uncounted first, so the next hash never overlaps this one
+            // in the gauge, and before the answer, so whoever is answered finds it free.
             let turn = self;
-            let _counted = Counted::enter(&turn.running);
-            work()
-        })
-        .await
-        .context("a password hash task failed")
+            let counted = Counted::enter(&turn.running);
+            let result = work();
+            drop(counted);
+            drop(turn);
+            let _ = answer.send(result);
+        });
+        jobs.try_send(job)
+            .map_err(|e| anyhow::anyhow!("handing a hash to its thread: {e}"))?;
+        answered.await.context("a password hash failed")
     }
+}
+
+/// A hashing thread: runs jobs until the hasher is gone. Threads of its own, rather than
+/// tokio's blocking pool (which starts another thread whenever none is idle at that instant),
+/// so the working memory each keeps is one per turn.
+fn run_jobs(queued: &Mutex<Receiver<Job>>) {
+    loop {
+        // The lock is held while taking a job, never while running one.
+        let next = queued.lock().map(|jobs| jobs.recv());
+        let Ok(Ok(job)) = next else { return };
+        // A hash that panics must not take its thread along; its caller sees no answer.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(job));
+    }
+}
+
+thread_local! {
+    /// This thread's argon2 working memory, grown by its first hash and reused by the rest.
+    static MEMORY: RefCell<Vec<Block>> = const { RefCell::new(Vec::new()) };
+}
+
+/// argon2 of `password` and `salt` into `out`, in this thread's working memory.
+fn argon2_into(
+    argon2: &Argon2<'_>,
+    params: &Params,
+    password: &[u8],
+    salt: &[u8],
+    out: &mut [u8],
+) -> argon2::Result<()> {
+    MEMORY.with_borrow_mut(|blocks| {
+        // Any contents will do: argon2 writes every block before it reads it.
+        blocks.resize(params.block_count(), Block::default());
+        argon2.hash_password_into_with_memory(password, salt, out, &mut blocks[..])
+    })
+}
+
+/// A new PHC string for `password` with argon2's default algorithm, version and parameters
+/// (what `PasswordHasher::hash_password` gives, in reused memory).
+fn new_hash(password: &[u8]) -> argon2::password_hash::Result<String> {
+    let salt = SaltString::generate(&mut OsRng);
+    let params = Params::default();
+    let argon2 = Argon2::new(Algorithm::default(), Version::default(), params.clone());
+    let mut salt_bytes = [0; 64];
+    let salt_bytes = salt.as_salt().decode_b64(&mut salt_bytes)?;
+    let output = Output::init_with(Params::DEFAULT_OUTPUT_LEN, |out| {
+        Ok(argon2_into(&argon2, &params, password, salt_bytes, out)?)
+    })?;
+    let hash = PasswordHash {
+        algorithm: Algorithm::default().ident(),
+        version: Some(Version::default().into()),
+        params: (&params).try_into()?,
+        salt: Some(salt.as_salt()),
+        hash: Some(output),
+    };
+    Ok(hash.to_string())
+}
+
+/// Whether `attempt` is the password behind the PHC string `stored`, with the algorithm,
+/// version and parameters it names (what `PasswordVerifier::verify_password` checks, in reused
+/// memory). The outputs are compared in constant time.
+fn matches(attempt: &[u8], stored: &str) -> argon2::password_hash::Result<bool> {
+    let parsed = PasswordHash::new(stored)?;
+    let (Some(salt), Some(expected)) = (parsed.salt, parsed.hash) else {
+        return Ok(false);
+    };
+    let algorithm = Algorithm::try_from(parsed.algorithm)?;
+    let version = parsed.version.map(Version::try_from).transpose()?;
+    let params = Params::try_from(&parsed)?;
+    let argon2 = Argon2::new(algorithm, version.unwrap_or_default(), params.clone());
+    let mut salt_bytes = [0; 64];
+    let salt_bytes = salt.decode_b64(&mut salt_bytes)?;
+    let computed = Output::init_with(expected.len(), |out| {
+        Ok(argon2_into(&argon2, &params, attempt, salt_bytes, out)?)
+    })?;
+    Ok(computed == expected)
 }
 
 fn dummy_hash() -> &'static str {
     static DUMMY: OnceLock<String> = OnceLock::new();
-    DUMMY.get_or_init(|| {
-        let salt = SaltString::generate(&mut OsRng);
-        Argon2::default()
-            .hash_password(b"no user has this password", &salt)
-            .map(|h| h.to_string())
-            .unwrap_or_default()
-    })
+    DUMMY.get_or_init(|| new_hash(b"no user has this password").unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -191,7 +281,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_hash_verifies_its_password_and_nothing_else() {
-        let hasher = Hasher::new(1, 0, MAX_WAIT);
+        let hasher = Hasher::new(1, 0, MAX_WAIT).unwrap();
         let turn = || async { hasher.turn().await.unwrap() };
         let h = turn()
             .await
@@ -207,9 +297,36 @@ mod tests {
         assert!(!verify("no user has this password", None).await);
     }
 
+    #[test]
+    fn hashes_in_reused_memory_agree_with_argon2s_own_hasher_and_verifier() {
+        use argon2::password_hash::{PasswordHasher, PasswordVerifier};
+        let ours = new_hash(b"correct horse").unwrap();
+        let parsed = PasswordHash::new(&ours).unwrap();
+        assert!(
+            Argon2::default()
+                .verify_password(b"correct horse", &parsed)
+                .is_ok()
+        );
+        assert!(
+            Argon2::default()
+                .verify_password(b"wrong horse", &parsed)
+                .is_err()
+        );
+        // The memory now holds another hash's blocks; a small cost, to check other parameters.
+        let params = Params::new(64, 3, 1, None).unwrap();
+        let theirs = Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
+            .hash_password(b"battery staple", &SaltString::generate(&mut OsRng))
+            .unwrap()
+            .to_string();
+        assert!(matches(b"battery staple", &theirs).unwrap());
+        assert!(!matches(b"battery stapler", &theirs).unwrap());
+        assert!(matches(b"correct horse", &ours).unwrap());
+        assert!(matches(b"x", "not a hash").is_err());
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_more_hashes_run_at_once_than_there_are_turns() {
-        let hasher = Arc::new(Hasher::new(2, 16, Duration::from_secs(60)));
+        let hasher = Arc::new(Hasher::new(2, 16, Duration::from_secs(60)).unwrap());
         let checks: Vec<_> = (0..12)
             .map(|i| {
                 let hasher = hasher.clone();
@@ -232,7 +349,7 @@ mod tests {
 
     #[tokio::test]
     async fn beyond_the_queue_a_request_is_refused_at_once_and_a_waiter_after_its_deadline() {
-        let hasher = Arc::new(Hasher::new(1, 1, Duration::from_millis(200)));
+        let hasher = Arc::new(Hasher::new(1, 1, Duration::from_millis(200)).unwrap());
         let held = hasher.turn().await.unwrap();
         let waiter = tokio::spawn({
             let hasher = hasher.clone();
