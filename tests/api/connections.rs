@@ -8,7 +8,7 @@ use crate::backend::TestDatabase;
 use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp};
 use axum::Router;
 use axum::routing::{get, post};
-use seckill::http::server::{PARK_AFTER, Serve, listen, serve};
+use seckill::http::server::{PARK_AFTER, RESERVED_FILES, Serve, listen, serve};
 use std::future::IntoFuture;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -469,5 +469,29 @@ async fn a_server_under_a_limit_of_1024_files_answers_through_1100_stalled_conne
         healthy(&mut stream).await;
     }
     assert!(child.try_wait().unwrap().is_none(), "the server is running");
-    drop(stalled);
+    // The server made room by closing stalled connections before it ran out of files.
+    let still_open = count_open(stalled).await;
+    assert!(
+        (1..=1_024 - RESERVED_FILES as usize).contains(&still_open),
+        "{still_open} stalled connections still open"
+    );
+}
+
+/// How many of `streams` the server has not closed.
+async fn count_open(streams: Vec<TcpStream>) -> usize {
+    let mut checks = JoinSet::new();
+    for mut stream in streams {
+        checks.spawn(async move {
+            let mut rest = Vec::new();
+            timeout(Duration::from_millis(500), stream.read_to_end(&mut rest))
+                .await
+                .is_err()
+        });
+    }
+    checks
+        .join_all()
+        .await
+        .into_iter()
+        .filter(|&open| open)
+        .count()
 }

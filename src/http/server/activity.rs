@@ -31,6 +31,7 @@ pub(super) struct Activity {
 }
 
 impl Activity {
+    /// A connection accepted now, with nothing read or written yet.
     pub fn new() -> Self {
         Self {
             born: Instant::now(),
@@ -90,6 +91,7 @@ impl Activity {
             .compare_exchange(number, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
 
+    /// The application has answered the request last begun.
     pub fn request_answered(&self) {
         self.answered.fetch_add(1, Ordering::Relaxed);
         self.touch();
@@ -127,6 +129,7 @@ impl Activity {
         self.sheddable() && !self.between_requests()
     }
 
+    /// `n` bytes were read from the client.
     pub fn bytes_arrived(&self, n: usize) {
         self.read.fetch_add(n as u64, Ordering::Relaxed);
         let begun = self.begun.load(Ordering::Relaxed);

@@ -199,7 +199,7 @@ where
                 Err(e) if is_connection_error(&e) => {}
                 // Out of file descriptors, most likely.
                 Err(e) => {
-                    connections.shed(1 + max / 64);
+                    connections.shed_some();
                     pause.as_mut().reset(tokio::time::Instant::now() + ACCEPT_PAUSE);
                     paused = true;
                     let times = failed.take().map_or(0, |(times, _)| times) + 1;

@@ -25,6 +25,7 @@ pub(super) struct Connections {
     table: Mutex<Table>,
 }
 
+/// The sheddable connections, each under a number that is never reused.
 #[derive(Default)]
 struct Table {
     next: u64,
@@ -32,6 +33,7 @@ struct Table {
 }
 
 impl Connections {
+    /// No connections yet, under `limits`, at most `max` at once, each served by `http`.
     pub fn new(limits: Limits, max: usize, http: http1::Builder) -> Self {
         Self {
             open: AtomicUsize::new(0),
@@ -72,10 +74,12 @@ impl Connections {
         })
     }
 
-    /// Sheds the `n` connections idle or stalled the longest, to free their file descriptors;
-    /// how many were.
-    pub fn shed(&self, n: usize) -> usize {
-        shed_oldest(&mut self.table(), n)
+    /// Sheds a few of the connections idle or stalled the longest, to free their file
+    /// descriptors; how many were.
+    pub fn shed_some(&self) -> usize {
+        let mut table = self.table();
+        let n = 1 + table.slots.len() / 64;
+        shed_oldest(&mut table, n)
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
