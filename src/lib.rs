@@ -16,6 +16,7 @@ pub mod gate;
 pub mod http;
 pub mod ids;
 pub mod lease;
+pub mod payment;
 pub mod pipeline;
 pub mod redact;
 pub mod redis_link;
