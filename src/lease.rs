@@ -1,7 +1,7 @@
 //! Snowflake node ids leased from Redis, so two processes sharing a database never make the
 //! same order id. A process takes the first free id among 1024 from a random start
-//! (`SET … NX EX`), renews its lease every few seconds, and stops making ids if the lease is ever lost, since another process may
-//! then hold the same id.
+//! (`SET … NX EX`), renews its lease every few seconds, and stops making ids if the lease is
+//! ever lost, since another process may then hold the same id.
 //!
 //! A lease that is simply gone is not lost: Redis forgot it (restarted without persistence, or a
 //! replica promoted without the data), and the process takes it again at its next renewal. Only
@@ -157,21 +157,13 @@ fn now_nanos() -> u128 {
 mod tests {
     use super::*;
 
-    async fn redis() -> RedisLink {
-        let url = std::env::var("SECKILL_TEST_REDIS_URL")
-            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        crate::redis_link::connect(&url).await.unwrap_or_else(|e| {
-            panic!("this test needs Redis at {url} (start it with scripts/services redis): {e}")
-        })
-    }
-
     async fn holder(redis: &mut RedisLink, key: &str) -> Option<String> {
         redis::cmd("GET").arg(key).query_async(redis).await.unwrap()
     }
 
     #[tokio::test]
     async fn a_lease_redis_forgot_is_taken_again_and_only_another_holder_means_lost() {
-        let mut redis = redis().await;
+        let mut redis = crate::redis_link::test_link().await;
         let key = format!("seckill-unit:{}:node:7", std::process::id());
         let script = Script::new(KEEP);
         let _: () = redis::cmd("SET")

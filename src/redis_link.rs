@@ -241,6 +241,17 @@ fn check_cluster_nodes(nodes: Vec<ConnectionInfo>) -> anyhow::Result<Vec<Connect
     Ok(nodes)
 }
 
+/// The Redis unit tests use: `SECKILL_TEST_REDIS_URL`, else the local one. A test that cannot
+/// reach it fails with the reason; it never skips.
+#[cfg(test)]
+pub(crate) async fn test_link() -> RedisLink {
+    let url =
+        std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    connect(&url).await.unwrap_or_else(|e| {
+        panic!("this test needs Redis at {url} (start it with scripts/services redis): {e}")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

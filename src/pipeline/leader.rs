@@ -130,11 +130,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_leader_whose_lock_redis_lost_stands_down_when_another_takes_the_same_token() {
-        let url = std::env::var("SECKILL_TEST_REDIS_URL")
-            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let mut redis = crate::redis_link::connect(&url).await.unwrap_or_else(|e| {
-            panic!("this test needs Redis at {url} (start it with scripts/services redis): {e}")
-        });
+        let mut redis = crate::redis_link::test_link().await;
         let prefix = format!("seckill-unit:{}:leader:", std::process::id());
         let mut first = Leadership::shared(redis.clone(), &prefix);
         let mut second = Leadership::shared(redis.clone(), &prefix);

@@ -230,11 +230,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_sent_again_answers_as_its_first_run_and_takes_nothing_more() {
-        let url = std::env::var("SECKILL_TEST_REDIS_URL")
-            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let mut redis = crate::redis_link::connect(&url).await.unwrap_or_else(|e| {
-            panic!("this test needs Redis at {url} (start it with scripts/services redis): {e}")
-        });
+        let mut redis = crate::redis_link::test_link().await;
         let prefix = format!("seckill-unit:{}:", std::process::id());
         let gate = RedisGate::new(redis.clone(), &prefix);
         let product = GateProduct {
