@@ -64,10 +64,11 @@ const ENDED: [DemoProduct; 1] = [("Gift box", "/static/img/gift.svg", 19_900, 4_
 
 /// Seeds the demo users and, if no sale is live or upcoming at `now`, a fresh set of events.
 pub async fn seed(store: &Arc<dyn Store>, now: Millis) -> anyhow::Result<()> {
+    let hasher = crate::auth::password::Hasher::per_core()?;
     for (name, password) in DEMO_USERS {
         let username = Username::parse(name)?;
         if store.user_by_name(name).await?.is_none() {
-            let turn = crate::auth::password::Hasher::per_core()?.turn().await?;
+            let turn = hasher.turn().await?;
             let hash = turn.hash(crate::domain::Password::parse(password)?).await?;
             store.create_user(&username, &hash, now).await?;
         }
