@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("domain", &[]),
     ("redact", &[]),
-    ("payment", &[]),
+    ("payment", &["domain"]),
     ("clock", &["domain"]),
     ("ids", &["clock", "domain"]),
     ("redis_link", &["redact"]),

@@ -1,6 +1,7 @@
 //! Orders and their one-way state machine: awaiting payment → paid, or awaiting payment →
-//! cancelled. Nothing leaves paid or cancelled, which is what lets every change be a
-//! conditional update on the current status.
+//! cancelled, and cancelled → refunded when money arrives for a cancelled order. Nothing leaves
+//! paid or refunded, which is what lets every change be a conditional update on the current
+//! status.
 
 use super::{Millis, Money, ProductId, Quantity, UserId};
 use serde::{Serialize, Serializer};
@@ -31,6 +32,10 @@ pub enum OrderStatus {
     AwaitingPayment,
     Paid,
     Cancelled,
+    /// Cancelled, then paid after all, and the money sent back: the stock went back on sale at
+    /// the cancel, once. Stored as `cancelled` with a refund time, so every rule that counts
+    /// cancelled orders counts these too.
+    Refunded,
 }
 
 impl OrderStatus {
@@ -40,10 +45,12 @@ impl OrderStatus {
             Self::AwaitingPayment => "awaiting_payment",
             Self::Paid => "paid",
             Self::Cancelled => "cancelled",
+            Self::Refunded => "refunded",
         }
     }
 
-    /// Reads the database spelling back.
+    /// Reads the database spelling back (the database has no `refunded`: see
+    /// [`OrderStatus::Refunded`]).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "awaiting_payment" => Some(Self::AwaitingPayment),

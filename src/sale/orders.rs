@@ -125,7 +125,7 @@ impl SaleService {
         let order = self.order_of(user, id).await?;
         match order.status {
             OrderStatus::Paid => return Ok(order),
-            OrderStatus::Cancelled => return Err(OrderError::Cancelled),
+            OrderStatus::Cancelled | OrderStatus::Refunded => return Err(OrderError::Cancelled),
             OrderStatus::AwaitingPayment => {}
         }
         if self.store.mark_paid(id, at).await? {
@@ -140,7 +140,7 @@ impl SaleService {
         let order = self.order_of(user, id).await?;
         match order.status {
             OrderStatus::Paid => Ok(order),
-            OrderStatus::Cancelled => Err(OrderError::Cancelled),
+            OrderStatus::Cancelled | OrderStatus::Refunded => Err(OrderError::Cancelled),
             OrderStatus::AwaitingPayment => {
                 self.cancel_now(id).await?;
                 Err(OrderError::WindowClosed)
@@ -154,7 +154,7 @@ impl SaleService {
         let order = self.order_of(user, id).await?;
         match order.status {
             OrderStatus::Paid => return Err(OrderError::AlreadyPaid),
-            OrderStatus::Cancelled => return Ok(order),
+            OrderStatus::Cancelled | OrderStatus::Refunded => return Ok(order),
             OrderStatus::AwaitingPayment => {}
         }
         if let Some(cancelled) = self.cancel_now(id).await? {
@@ -179,7 +179,7 @@ impl SaleService {
         loop {
             let overdue = self.store.overdue_orders(now, SWEEP_BATCH).await?;
             let outcomes: Vec<_> = stream::iter(overdue.iter().copied())
-                .map(|id| self.cancel_now(id))
+                .map(|overdue| self.cancel_now(overdue.id))
                 .buffer_unordered(SWEEP_CANCELS_AT_ONCE)
                 .collect()
                 .await;

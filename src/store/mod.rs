@@ -96,6 +96,32 @@ pub enum Persisted {
     OutOfStock,
 }
 
+/// An order awaiting payment whose window has closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overdue {
+    pub id: OrderId,
+    /// A pay URL was made for it: the buyer may have paid, so the provider is asked before the
+    /// order is cancelled.
+    pub pay_started: bool,
+}
+
+/// A payment provider's word that was accepted (verified, and matching its order), kept for
+/// audit. A paid one for an order that ends up cancelled is also a refund still to make.
+#[derive(Debug, Clone, Copy)]
+pub struct PaymentRecord<'a> {
+    /// Unique per word: a notification's `notify_id` (the same on each of its retries), or
+    /// `query:` and the trade number for a trade found paid by asking.
+    pub key: &'a str,
+    pub order: OrderId,
+    pub provider: &'a str,
+    pub trade_no: &'a str,
+    pub amount: Money,
+    pub trade_status: &'a str,
+    /// Whether the trade's status means the money arrived.
+    pub paid: bool,
+    pub received_at: Millis,
+}
+
 /// Durable storage for every backend.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -171,7 +197,15 @@ pub trait Store: Send + Sync + 'static {
     /// transaction. The order when this call cancelled it, `None` otherwise.
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>>;
     /// Orders awaiting payment whose window closed before `now`, oldest deadline first.
-    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>>;
+    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<Overdue>>;
+    /// Notes that a pay URL was made for an order awaiting payment (the first time counts).
+    async fn mark_pay_started(&self, id: OrderId, now: Millis) -> StoreResult<()>;
+    /// Keeps a provider's accepted word; false when a word with its key is already kept.
+    async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool>;
+    /// Cancelled orders for which the provider's word says money arrived, not yet refunded.
+    async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>>;
+    /// cancelled → refunded. True when this call recorded the refund.
+    async fn mark_refunded(&self, id: OrderId, now: Millis) -> StoreResult<bool>;
     /// A product's cancelled orders: a rebuilt gate must not take their stock back again.
     async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>>;
     /// Which of `candidates` are stored.

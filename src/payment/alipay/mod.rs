@@ -2,6 +2,8 @@
 //!
 //! `sign` holds the rules both ends share: how a request is signed, how a notification is
 //! verified and how a signed pay URL is encoded. They are pinned by vectors made with the
-//! Alipay SDK on PyPI (`testdata/`), an implementation independent of ours.
+//! Alipay SDK on PyPI (`testdata/`), an implementation independent of ours. `beijing` writes
+//! and reads the protocol's timestamps.
 
+pub mod beijing;
 pub mod sign;

@@ -11,7 +11,9 @@ use super::sql::{
     self, AnyQuery, CANCEL_ORDER, Dialect, INSERT_ROWS, MARK_PAID, ORDER, ORDERS_OF_USER,
     RETURN_STOCK, TAKE_STOCK, Tables, query, units_of,
 };
-use super::{NewProduct, Persisted, ProductPatch, Store, StoreResult, UserRecord};
+use super::{
+    NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult, UserRecord,
+};
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
@@ -317,8 +319,24 @@ impl Store for ServerStore {
         retry_conflicts(|| self.try_cancel_order(id, now)).await
     }
 
-    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {
+    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<Overdue>> {
         self.tables.overdue_orders(now, limit).await
+    }
+
+    async fn mark_pay_started(&self, id: OrderId, now: Millis) -> StoreResult<()> {
+        self.tables.mark_pay_started(id, now).await
+    }
+
+    async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool> {
+        self.tables.record_payment(record).await
+    }
+
+    async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
+        self.tables.refunds_due(limit).await
+    }
+
+    async fn mark_refunded(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
+        self.tables.mark_refunded(id, now).await
     }
 
     async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>> {

@@ -11,7 +11,7 @@ pub(super) mod rows;
 
 pub use dialect::Dialect;
 
-use super::{NewProduct, ProductPatch, StoreResult, UserRecord};
+use super::{NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult, UserRecord};
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
@@ -106,6 +106,10 @@ struct Statements {
     holdings: Arc<str>,
     overdue_orders: Arc<str>,
     cancelled_orders: Arc<str>,
+    mark_pay_started: Arc<str>,
+    insert_payment_record: Arc<str>,
+    refunds_due: Arc<str>,
+    mark_refunded: Arc<str>,
 }
 
 impl Statements {
@@ -157,10 +161,22 @@ impl Statements {
                  WHERE product_id = ? AND status <> 'cancelled' GROUP BY user_id",
                 d.sum("quantity")
             )),
-            overdue_orders: sql(
-                "SELECT id FROM orders WHERE status = 'awaiting_payment' AND pay_before <= ? \
-                 ORDER BY pay_before LIMIT ?",
-            ),
+            overdue_orders: sql("SELECT id, pay_started_at FROM orders \
+                 WHERE status = 'awaiting_payment' AND pay_before <= ? \
+                 ORDER BY pay_before LIMIT ?"),
+            mark_pay_started: sql("UPDATE orders SET pay_started_at = ? \
+                 WHERE id = ? AND status = 'awaiting_payment' AND pay_started_at IS NULL"),
+            insert_payment_record: sql(&d.insert_new(
+                "payment_records (record_key, order_id, provider, trade_no, amount_cents, \
+                 trade_status, paid, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "record_key",
+            )),
+            refunds_due: sql("SELECT DISTINCT orders.id FROM payment_records \
+                 JOIN orders ON orders.id = payment_records.order_id \
+                 WHERE payment_records.paid = 1 AND orders.status = 'cancelled' \
+                 AND orders.refunded_at IS NULL LIMIT ?"),
+            mark_refunded: sql("UPDATE orders SET refunded_at = ? \
+                 WHERE id = ? AND status = 'cancelled' AND refunded_at IS NULL"),
             cancelled_orders: sql(
                 "SELECT id FROM orders WHERE product_id = ? AND status = 'cancelled'",
             ),
@@ -396,13 +412,65 @@ impl Tables {
     }
 
     /// See [`crate::store::Store::overdue_orders`].
-    pub async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {
+    pub async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<Overdue>> {
         let rows = query(&self.sql.overdue_orders)
             .bind(now)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Overdue {
+                    id: OrderId(row.try_get(0)?),
+                    pay_started: row.try_get::<Option<i64>, _>(1)?.is_some(),
+                })
+            })
+            .collect()
+    }
+
+    /// See [`crate::store::Store::mark_pay_started`].
+    pub async fn mark_pay_started(&self, id: OrderId, now: Millis) -> StoreResult<()> {
+        query(&self.sql.mark_pay_started)
+            .bind(now)
+            .bind(id.0)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// See [`crate::store::Store::record_payment`].
+    pub async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool> {
+        let done = query(&self.sql.insert_payment_record)
+            .bind(record.key.to_owned())
+            .bind(record.order.0)
+            .bind(record.provider.to_owned())
+            .bind(record.trade_no.to_owned())
+            .bind(record.amount.cents())
+            .bind(record.trade_status.to_owned())
+            .bind(i64::from(record.paid))
+            .bind(record.received_at)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// See [`crate::store::Store::refunds_due`].
+    pub async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
+        let rows = query(&self.sql.refunds_due)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         ids_of(&rows)
+    }
+
+    /// See [`crate::store::Store::mark_refunded`].
+    pub async fn mark_refunded(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
+        let done = query(&self.sql.mark_refunded)
+            .bind(now)
+            .bind(id.0)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// See [`crate::store::Store::cancelled_orders`].

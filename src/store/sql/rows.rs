@@ -18,7 +18,7 @@ macro_rules! product_columns {
 macro_rules! order_columns {
     () => {
         "id, user_id, product_id, product_name, unit_price_cents, quantity, total_cents, status, \
-         created_at, pay_before, paid_at, cancelled_at"
+         created_at, pay_before, paid_at, cancelled_at, refunded_at"
     };
 }
 /// The columns an order is stored with; the rest are set by later changes.
@@ -149,7 +149,7 @@ pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
 /// An order, from a row of the columns its statements list.
 pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
     let mut c = Cursor::new(row);
-    Ok(Order {
+    let order = Order {
         id: OrderId(c.int("id")?),
         user_id: UserId(c.int("user_id")?),
         product_id: ProductId(c.int("product_id")?),
@@ -166,6 +166,15 @@ pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
         pay_before: c.int("pay_before")?,
         paid_at: c.maybe_int("paid_at")?,
         cancelled_at: c.maybe_int("cancelled_at")?,
+    };
+    let refunded = c.maybe_int("refunded_at")?.is_some();
+    Ok(if refunded && order.status == OrderStatus::Cancelled {
+        Order {
+            status: OrderStatus::Refunded,
+            ..order
+        }
+    } else {
+        order
     })
 }
 

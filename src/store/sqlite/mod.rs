@@ -23,7 +23,9 @@ use status_batches::{StatusBatches, StatusChange};
 use wal_flush::WalFlush;
 
 use super::sql::{self, Dialect, Tables};
-use super::{NewProduct, Persisted, ProductPatch, Store, StoreResult, UserRecord};
+use super::{
+    NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult, UserRecord,
+};
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
@@ -248,8 +250,30 @@ impl Store for SqliteStore {
         self.order(id).await
     }
 
-    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<OrderId>> {
+    async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<Overdue>> {
         self.tables.overdue_orders(now, limit).await
+    }
+
+    async fn mark_pay_started(&self, id: OrderId, now: Millis) -> StoreResult<()> {
+        self.tables.mark_pay_started(id, now).await?;
+        self.durable().await?;
+        Ok(())
+    }
+
+    async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool> {
+        let new = self.tables.record_payment(record).await?;
+        self.durable().await?;
+        Ok(new)
+    }
+
+    async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
+        self.tables.refunds_due(limit).await
+    }
+
+    async fn mark_refunded(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
+        let refunded = self.tables.mark_refunded(id, now).await?;
+        self.durable().await?;
+        Ok(refunded)
     }
 
     async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>> {

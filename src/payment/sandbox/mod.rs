@@ -1,0 +1,1 @@
+//! The built-in sandbox gateway (being built).
