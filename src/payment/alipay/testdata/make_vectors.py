@@ -2,7 +2,7 @@
 independent of ours. TEST KEYS ONLY: the keys beside this file were made for these tests.
 
     python3 -m venv /var/tmp/alipay-venv
-    /var/tmp/alipay-venv/bin/pip install python-alipay-sdk
+    /var/tmp/alipay-venv/bin/pip install python-alipay-sdk==3.4.0
     cd src/payment/alipay/testdata && /var/tmp/alipay-venv/bin/python make_vectors.py
 
 The canonical strings are the ones the SDK itself builds: its `_sign` and `_verify` are wrapped
@@ -13,6 +13,7 @@ import json
 from importlib.metadata import version
 
 from alipay import AliPay
+from alipay.exceptions import AliPayValidationError
 
 
 def read(name):
@@ -109,6 +110,83 @@ assert merchant.verify(dict(notification), notify_sign)
 changed = dict(notification, total_amount="0.01")
 assert not merchant.verify(changed, notify_sign)
 
+# A wap-pay request exactly as our client builds it for the same order (format=JSON,
+# QUICK_WAP_WAY, biz_content fields in the client's order), so a Rust test can compare the
+# whole pay URL with the SDK's.
+wap_biz_content = json.dumps(
+    {
+        "out_trade_no": "7142835012345678901",
+        "total_amount": "5999.00",
+        "subject": "秒杀 iPhone 15 & 充电器 = 1+1/2 *~%",
+        "product_code": "QUICK_WAP_WAY",
+        "time_expire": "2026-11-24 08:15:00",
+    },
+    ensure_ascii=False,
+    separators=(",", ":"),
+)
+wap_merchant = merchants["pkcs8"]
+wap_params = wap_merchant.build_body(
+    "alipay.trade.wap.pay",
+    wap_biz_content,
+    format="JSON",
+    notify_url="https://shop.example/pay/alipay/notify",
+    return_url="https://shop.example/pay/alipay/return",
+    timestamp="2026-11-24 08:00:01",
+)
+wap_query = wap_merchant.sign_data(dict(wap_params))
+
+
+# Synchronous answers as Alipay sends them: the `*_response` object's text signed with the
+# "Alipay" key, then wrapped with `sign`. The SDK's own check of a synchronous answer
+# (`_verify_and_return_sync_response`) must accept each, and refuse it once one byte changes.
+def answer(response_type, response):
+    text = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+    sign = alipay._sign(text)
+    body = f'{{"{response_type}":{text},"sign":"{sign}"}}'
+    start = len(verified_strings)
+    assert merchant._verify_and_return_sync_response(body, response_type) == response
+    assert verified_strings[start:] == [text], "the SDK verified the response object's text"
+    try:
+        merchant._verify_and_return_sync_response(body.replace("5999", "5998", 1), response_type)
+        raise AssertionError("a changed answer verified")
+    except AliPayValidationError:
+        pass
+    return {"text": body, "response": text}
+
+
+answers = {
+    "paid": answer(
+        "alipay_trade_query_response",
+        {
+            "code": "10000",
+            "msg": "Success",
+            "buyer_logon_id": "sza***@sandbox.com",
+            "buyer_pay_amount": "5999.00",
+            "buyer_user_id": "2088102177846880",
+            "fund_bill_list": [{"amount": "5999.00", "fund_channel": "ALIPAYACCOUNT"}],
+            "invoice_amount": "5999.00",
+            "out_trade_no": "7142835012345678901",
+            "point_amount": "0.00",
+            "receipt_amount": "5999.00",
+            "send_pay_date": "2026-11-24 08:00:08",
+            "total_amount": "5999.00",
+            "trade_no": "2026112422001446880501234567",
+            "trade_status": "TRADE_SUCCESS",
+        },
+    ),
+    "trade_not_exist": answer(
+        "alipay_trade_query_response",
+        {
+            "code": "40004",
+            "msg": "Business Failed",
+            "sub_code": "ACQ.TRADE_NOT_EXIST",
+            "sub_msg": "交易不存在",
+            "buyer_pay_amount": "5999.00",
+            "out_trade_no": "7142835012345678901",
+        },
+    ),
+}
+
 vectors = {
     "sdk": f"python-alipay-sdk {version('python-alipay-sdk')}",
     "request": {
@@ -121,6 +199,8 @@ vectors = {
         "params": list(dict(notification, sign=notify_sign).items()),
         "string_to_verify": string_to_verify,
     },
+    "wap_request": {"params": list(wap_params.items()), "query": wap_query},
+    "answers": answers,
 }
 with open("vectors.json", "w") as f:
     json.dump(vectors, f, ensure_ascii=False, indent=2)
