@@ -123,6 +123,14 @@ impl AppKey {
             .map_err(|_| SignError::Signing)?;
         Ok(BASE64.encode(signature))
     }
+
+    /// The public half, as Alipay holds it to check this app's requests: the built-in sandbox
+    /// gateway plays Alipay and checks requests with it.
+    pub fn public_key(&self) -> AlipayPublicKey {
+        AlipayPublicKey {
+            rsa_public_key: self.key_pair.public().as_ref().to_vec(),
+        }
+    }
 }
 
 /// Alipay's RSA public key, which verifies its notifications and answers.
@@ -313,6 +321,20 @@ mod tests {
             .unwrap();
         let app_public = AlipayPublicKey::parse(APP_PUBLIC_KEY).unwrap();
         app_public.verify(&message, &sign).unwrap();
+    }
+
+    #[test]
+    fn the_app_keys_public_half_is_the_published_public_key() {
+        let app_key = AppKey::parse(APP_KEY_PKCS8).unwrap();
+        let published = AlipayPublicKey::parse(APP_PUBLIC_KEY).unwrap();
+        assert_eq!(
+            app_key.public_key().rsa_public_key,
+            published.rsa_public_key
+        );
+        let alipay = AlipayPublicKey::parse(ALIPAY_PUBLIC_KEY).unwrap();
+        assert_ne!(app_key.public_key().rsa_public_key, alipay.rsa_public_key);
+        let sign = app_key.sign("a message").unwrap();
+        app_key.public_key().verify("a message", &sign).unwrap();
     }
 
     #[test]
