@@ -99,9 +99,7 @@ impl AlipayClient {
     pub fn new(settings: AlipaySettings) -> anyhow::Result<Self> {
         reqwest::Url::parse(&settings.gateway_url)
             .with_context(|| format!("the Alipay gateway URL {:?}", settings.gateway_url))?;
-        // reqwest is built without a TLS crypto provider; ring is the one this crate already
-        // signs with. Another part of the process may have installed it first, which is fine.
-        let _already_installed = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(CALL_TIMEOUT)
@@ -324,6 +322,13 @@ struct PayContent<'a> {
     subject: &'a str,
     product_code: &'a str,
     time_expire: String,
+}
+
+/// Installs ring as the process's TLS crypto provider. reqwest is built here without one, so
+/// every `reqwest::Client` in the process panics at `build` until one is installed; ring is the
+/// one this crate already signs with. Calling it again, or after another caller, is harmless.
+pub fn install_crypto_provider() {
+    let _already_installed = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The wall clock, for a request's `timestamp`: Alipay compares it with its own clock, so a
