@@ -2,6 +2,7 @@
 //! shop's `notify_url`, repeated until the answer's body is exactly `success`, at most
 //! [`DELIVERIES`] times, then given up.
 
+use crate::payment::alipay::client::install_crypto_provider;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -37,13 +38,11 @@ pub(super) struct Notifier {
 }
 
 impl Notifier {
-    /// A notifier with its own HTTP client. Redirects are not followed: Alipay posts to the
-    /// `notify_url` it was given, nowhere else.
+    /// A notifier with its own HTTP client (after installing the process's TLS provider,
+    /// without which reqwest cannot build one: a notify URL may be https). Redirects are not
+    /// followed: Alipay posts to the `notify_url` it was given, nowhere else.
     pub fn new() -> anyhow::Result<Self> {
-        // reqwest is built without a TLS crypto provider and panics at `build` until one is
-        // installed (a notify URL may be https); ring is the one this crate signs with. Another
-        // part of the process may have installed it first, which is fine.
-        let _already_installed = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         let client = reqwest::Client::builder()
             .timeout(DELIVERY_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())

@@ -217,14 +217,15 @@ async fn forged_altered_or_foreign_requests_are_refused_and_open_nothing() {
     );
 }
 
-/// A shop that refuses the first two notifications and takes the third.
-async fn reluctant_shop() -> (String, tokio::sync::mpsc::Receiver<Params>) {
+/// A shop listening for notifications on a real socket: it answers `failure` to the first
+/// `refusals` deliveries and `success` after, and hands each one over as it came.
+async fn shop(refusals: usize) -> (String, tokio::sync::mpsc::Receiver<Params>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (sender, receiver) = tokio::sync::mpsc::channel(16);
     let seen = Arc::new(AtomicUsize::new(0));
     let notify = move |body: Bytes| async move {
         sender.send(parse_params(&body)).await.unwrap();
-        if seen.fetch_add(1, Ordering::SeqCst) < 2 {
+        if seen.fetch_add(1, Ordering::SeqCst) < refusals {
             "failure"
         } else {
             "success"
@@ -240,7 +241,7 @@ async fn reluctant_shop() -> (String, tokio::sync::mpsc::Receiver<Params>) {
 #[tokio::test]
 async fn paying_returns_signed_params_and_notifies_until_the_shop_says_success() {
     let fx = fixture();
-    let (notify_url, mut notifications) = reluctant_shop().await;
+    let (notify_url, mut notifications) = shop(2).await;
     let query = signed(&fx.app_key, &page_pay(7, "5999.00", Some(&notify_url)));
     assert_eq!(open(&fx, &query).await.0, StatusCode::OK);
     fx.clock.advance(61_000);
@@ -465,18 +466,104 @@ async fn abandoning_leaves_the_trade_waiting_and_links_back_to_the_shop() {
 
 #[test]
 fn generated_keys_are_fresh_and_sign_verifiably() {
-    use rsa::pkcs8::{DecodePrivateKey, EncodePublicKey, LineEnding};
     let pem = generate_key_pem();
     assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----"));
     assert_ne!(pem, generate_key_pem());
     let key = AppKey::parse(&pem).unwrap();
-    let public = rsa::RsaPrivateKey::from_pkcs8_pem(&pem)
-        .unwrap()
-        .to_public_key()
-        .to_public_key_pem(LineEnding::LF)
-        .unwrap();
-    let public = AlipayPublicKey::parse(&public).unwrap();
+    let public = key.public_key();
     let sign = key.sign("a=1&b=2").unwrap();
     public.verify("a=1&b=2", &sign).unwrap();
     assert!(public.verify("a=1&b=3", &sign).is_err());
+}
+
+/// The shop's real Alipay client, with freshly generated keys, pays through the gateway over
+/// HTTP on both channels: the demo's payments are this conversation.
+#[tokio::test]
+async fn the_alipay_client_pays_queries_closes_and_refunds_through_the_gateway() {
+    use crate::clock::SystemClock;
+    use crate::domain::Money;
+    use crate::payment::alipay::client::{AlipayClient, AlipaySettings};
+    use crate::payment::{Channel, GatewayError, PayRequest, PaymentProvider, TradeStatus};
+
+    let app_key_pem = generate_key_pem();
+    let gateway_key = AppKey::parse(&generate_key_pem()).unwrap();
+    let alipay_public_key = gateway_key.public_key();
+    let settings = SandboxSettings {
+        app_id: SANDBOX_APP_ID.to_owned(),
+        seller_id: SANDBOX_SELLER_ID.to_owned(),
+        app_public_key: AppKey::parse(&app_key_pem).unwrap().public_key(),
+        gateway_key,
+    };
+    let sandbox = Sandbox::new(settings, Arc::new(SystemClock)).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = listener.local_addr().unwrap();
+    let router = sandbox.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let (notify_url, mut notifications) = shop(0).await;
+    let client = AlipayClient::new(AlipaySettings {
+        provider_name: "sandbox",
+        app_id: SANDBOX_APP_ID.to_owned(),
+        app_key: AppKey::parse(&app_key_pem).unwrap(),
+        alipay_public_key,
+        gateway_url: format!("http://{gateway}{GATEWAY_PATH}"),
+        seller_id: Some(SANDBOX_SELLER_ID.to_owned()),
+        notify_url,
+        return_url: RETURN_URL.to_owned(),
+    })
+    .unwrap();
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let total = Money::from_cents(599_900).unwrap();
+    let mut next_notification = async || {
+        let wait = tokio::time::timeout(Duration::from_secs(5), notifications.recv());
+        let params = wait.await.unwrap().unwrap();
+        client.verify_notification(&params).unwrap().trade
+    };
+
+    for (order, channel) in [(OrderId(7), Channel::Page), (OrderId(8), Channel::Wap)] {
+        let url = client
+            .pay_url(&PayRequest {
+                order,
+                subject: "秒杀 iPhone & case +/?",
+                total,
+                expires_at: chrono::Utc::now().timestamp_millis() + 900_000,
+                channel,
+            })
+            .unwrap();
+        let page = browser.get(&url).send().await.unwrap();
+        assert_eq!(page.status(), StatusCode::OK);
+        let trade = client.query(order).await.unwrap().unwrap();
+        assert_eq!(trade.status, TradeStatus::WaitBuyerPay);
+
+        let paid = browser
+            .post(format!("http://{gateway}{CHECKOUT_PREFIX}{order}"))
+            .form(&[("action", "pay")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(paid.status(), StatusCode::SEE_OTHER);
+        let location = paid.headers()[header::LOCATION].to_str().unwrap();
+        let returned = location.strip_prefix(&format!("{RETURN_URL}&")).unwrap();
+        let returned = parse_params(returned.as_bytes());
+        assert_eq!(client.verify_return(&returned).unwrap(), order);
+        let notified = next_notification().await;
+        assert_eq!((notified.order, notified.total), (order, total));
+        assert_eq!(notified.status, TradeStatus::Success);
+        assert_eq!(client.query(order).await.unwrap().unwrap(), notified);
+
+        let refused = client.close(order).await.unwrap_err();
+        assert!(
+            matches!(&refused, GatewayError::Refused { code, .. } if code == "ACQ.TRADE_STATUS_ERROR"),
+            "{refused:?}"
+        );
+        client.refund(order, total).await.unwrap();
+        client.refund(order, total).await.unwrap();
+        assert_eq!(next_notification().await.status, TradeStatus::Closed);
+        let trade = client.query(order).await.unwrap().unwrap();
+        assert_eq!(trade.status, TradeStatus::Closed);
+    }
+    assert_eq!(client.query(OrderId(9)).await.unwrap(), None);
+    client.close(OrderId(9)).await.unwrap();
 }
