@@ -49,7 +49,8 @@ pub const GATEWAY_PATH: &str = "/sandbox/alipay/gateway.do";
 const CHECKOUT_PREFIX: &str = "/sandbox/alipay/checkout/";
 
 /// How many trades the sandbox holds: each is a few hundred bytes of memory that nobody else
-/// bounds.
+/// bounds. When full, trades closed without payment are let go first; beyond that, a new
+/// trade is refused with a 400 page.
 const MAX_TRADES: usize = 100_000;
 
 /// A fresh 2048-bit RSA private key as PKCS#8 PEM, for the sandbox's two ends (the app's key
