@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The largest batch: one transaction, one RabbitMQ prefetch window, one outbox read.
 pub const MAX_BATCH: usize = 4_096;
@@ -79,6 +79,85 @@ pub struct Config {
     pub client_ip_header: Option<String>,
     /// Request throttling (`SECKILL_RATE_LIMIT__*`).
     pub rate_limit: RateLimitConfig,
+    /// Where buyers' browsers and the payment provider reach this server
+    /// (`SECKILL_PUBLIC_URL`, e.g. `https://shop.example`): the base of the notify and return
+    /// URLs. Unset, the address `serve` listens on.
+    pub public_url: Option<String>,
+    /// Who takes the money (`SECKILL_PAYMENT__*`).
+    pub payment: PaymentConfig,
+    /// The shop's Alipay app (`SECKILL_ALIPAY__*`), for `payment.provider = "alipay"`.
+    pub alipay: AlipayConfig,
+}
+
+/// Who takes the money.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PaymentConfig {
+    /// `sandbox` (the gateway built into this binary: no real money) or `alipay`
+    /// (`SECKILL_PAYMENT__PROVIDER`). Unset, `serve --demo` uses the sandbox and anything
+    /// else refuses to take payments.
+    pub provider: Option<ProviderKind>,
+}
+
+/// A payment provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Alipay's protocol against the gateway this binary serves itself.
+    Sandbox,
+    /// Alipay itself (or Alipay's own sandbox, through `alipay.gateway_url`).
+    Alipay,
+}
+
+/// The shop's Alipay app, as Alipay's open platform console shows it. Each key is given
+/// inline or as a file; a PEM file (PKCS#1 or PKCS#8) or the bare base64 the console shows.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlipayConfig {
+    /// The app's id (`SECKILL_ALIPAY__APP_ID`).
+    pub app_id: Option<String>,
+    /// The app's private key, which signs every request (`SECKILL_ALIPAY__PRIVATE_KEY`).
+    pub private_key: Option<Secret>,
+    /// The same, from a file (`SECKILL_ALIPAY__PRIVATE_KEY_FILE`).
+    pub private_key_file: Option<PathBuf>,
+    /// Alipay's public key, which verifies notifications and answers
+    /// (`SECKILL_ALIPAY__ALIPAY_PUBLIC_KEY`).
+    pub alipay_public_key: Option<String>,
+    /// The same, from a file (`SECKILL_ALIPAY__ALIPAY_PUBLIC_KEY_FILE`).
+    pub alipay_public_key_file: Option<PathBuf>,
+    /// Alipay's gateway (`SECKILL_ALIPAY__GATEWAY_URL`). Unset, production's
+    /// (`https://openapi.alipay.com/gateway.do`); Alipay's own sandbox is
+    /// `https://openapi-sandbox.dl.alipaydev.com/gateway.do`.
+    pub gateway_url: Option<String>,
+    /// The merchant's seller id (`SECKILL_ALIPAY__SELLER_ID`): when set, a notification paid
+    /// to another seller is refused.
+    pub seller_id: Option<String>,
+}
+
+impl AlipayConfig {
+    /// The app's private key text, from the inline value or the file.
+    pub fn private_key_text(&self) -> anyhow::Result<Secret> {
+        match (&self.private_key, &self.private_key_file) {
+            (Some(key), None) => Ok(key.clone()),
+            (None, Some(file)) => Ok(Secret::new(read_key_file(file, "alipay.private_key_file")?)),
+            _ => bail!("set exactly one of alipay.private_key and alipay.private_key_file"),
+        }
+    }
+
+    /// Alipay's public key text, from the inline value or the file.
+    pub fn alipay_public_key_text(&self) -> anyhow::Result<String> {
+        match (&self.alipay_public_key, &self.alipay_public_key_file) {
+            (Some(key), None) => Ok(key.clone()),
+            (None, Some(file)) => read_key_file(file, "alipay.alipay_public_key_file"),
+            _ => bail!(
+                "set exactly one of alipay.alipay_public_key and alipay.alipay_public_key_file"
+            ),
+        }
+    }
+}
+
+fn read_key_file(file: &Path, key: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(file).with_context(|| format!("{key}: reading {}", file.display()))
 }
 
 /// Token-bucket limits. A buyer clicking "buy" a few times a second is human; hundreds is a bot.
@@ -121,6 +200,9 @@ impl Default for Config {
             secure_cookies: false,
             client_ip_header: None,
             rate_limit: RateLimitConfig::default(),
+            public_url: None,
+            payment: PaymentConfig::default(),
+            alipay: AlipayConfig::default(),
         }
     }
 }
@@ -200,6 +282,24 @@ impl Config {
         }
         if self.claim_after_ms == 0 {
             bail!("claim_after_ms must be positive");
+        }
+        if let Some(url) = &self.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("public_url (SECKILL_PUBLIC_URL) must start with http:// or https://");
+        }
+        if self.payment.provider == Some(ProviderKind::Alipay) {
+            if self.alipay.app_id.as_deref().is_none_or(str::is_empty) {
+                bail!("payment.provider = alipay needs alipay.app_id (SECKILL_ALIPAY__APP_ID)");
+            }
+            if self.public_url.is_none() {
+                bail!(
+                    "payment.provider = alipay needs public_url (SECKILL_PUBLIC_URL): \
+                     Alipay sends its notifications there"
+                );
+            }
+            self.alipay.private_key_text()?;
+            self.alipay.alipay_public_key_text()?;
         }
         let r = &self.rate_limit;
         if r.per_user_per_sec == 0 || r.per_ip_per_sec == 0 {

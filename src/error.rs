@@ -301,14 +301,32 @@ impl From<crate::sale::OrderError> for ApiError {
                 "the order is still being recorded; try again in a moment",
             )
             .retry_after(1),
+            OrderError::NotConfigured => Self::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "payments_not_configured",
+                "this server takes no payments: no payment provider is configured",
+            ),
+            OrderError::Untrusted(e) => {
+                tracing::warn!(error = %e, "refused a payment word that is not the provider's");
+                Self::client(StatusCode::BAD_REQUEST, "untrusted_payment", e.to_string())
+            }
+            OrderError::Mismatch(field) => {
+                tracing::warn!(field, "refused a payment that does not match its order");
+                Self::client(
+                    StatusCode::BAD_REQUEST,
+                    "payment_mismatch",
+                    format!("the payment's {field} does not match the order"),
+                )
+            }
             OrderError::Store(e) => e.into(),
             OrderError::Unavailable(e) => {
-                tracing::error!(error = ?e, "queueing a payment failed");
+                tracing::error!(error = ?e, "the payment provider or the paid queue failed");
                 Self::client(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the payment could not be taken right now; nothing was paid, try again",
+                    "payments_unavailable",
+                    "payments cannot be handled right now; nothing changed, try again",
                 )
+                .retry_after(1)
             }
         }
     }

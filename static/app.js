@@ -481,6 +481,10 @@
       if (row.msg) row.msg.textContent = '';
       try {
         const r = await api('POST', '/api/v1/orders/' + row.id + '/' + action);
+        if (r.ok && action === 'pay' && r.data && typeof r.data.pay_url === 'string') {
+          window.location.href = r.data.pay_url;
+          return;
+        }
         if (r.ok) { window.location.reload(); return; }
         if (r.status === 401) { window.location.href = loginUrl('/orders'); return; }
         const err = errorOf(r);

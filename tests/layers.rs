@@ -12,15 +12,18 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("domain", &[]),
     ("redact", &[]),
-    ("payment", &["domain"]),
     ("clock", &["domain"]),
     ("ids", &["clock", "domain"]),
+    ("payment", &["clock", "domain"]),
     ("redis_link", &["redact"]),
     ("store", &["clock", "domain", "ids", "redact"]),
     ("config", &["domain", "ids", "redact", "store"]),
     ("gate", &["domain", "redis_link"]),
     ("lease", &["ids", "redis_link"]),
-    ("sale", &["clock", "domain", "gate", "ids", "store"]),
+    (
+        "sale",
+        &["clock", "domain", "gate", "ids", "payment", "store"],
+    ),
     (
         "pipeline",
         &[
@@ -28,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "domain",
             "gate",
             "ids",
+            "payment",
             "redis_link",
             "sale",
             "store",
@@ -55,6 +59,8 @@ const BACKENDS: &[&str] = &[
     "pipeline",
     "lease",
     "redis_link",
+    "payment::alipay",
+    "payment::sandbox",
 ];
 
 /// Modules that work through traits only: the wiring (`app`) hands them their backends.

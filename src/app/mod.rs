@@ -2,6 +2,7 @@
 //! the [`AppState`]. The only module that names concrete backends.
 
 mod cluster;
+mod payments;
 
 use crate::auth::TokenSigner;
 use crate::clock::SharedClock;
@@ -11,6 +12,8 @@ use crate::http::AppState;
 use crate::http::extract::AuthKeys;
 use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
+use crate::payment::PaymentProvider;
+use crate::payment::sandbox::Sandbox;
 use crate::pipeline::GroupCommit;
 use crate::pipeline::drain::Outboxed;
 use crate::pipeline::leader::Leadership;
@@ -21,6 +24,7 @@ use crate::store::Store;
 use anyhow::Context;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use cluster::Cluster;
+use payments::Payments;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,13 +101,20 @@ impl Mode {
     }
 
     /// The parts the sale rules work through.
-    fn sale_parts(&self, store: Arc<dyn Store>, ids: Snowflake, clock: SharedClock) -> SaleParts {
+    fn sale_parts(
+        &self,
+        store: Arc<dyn Store>,
+        provider: Option<Arc<dyn PaymentProvider>>,
+        ids: Snowflake,
+        clock: SharedClock,
+    ) -> SaleParts {
         match self {
             Self::Embedded { commit } => SaleParts {
                 store,
                 gate: Arc::new(MemoryGate::new()),
                 durability: Arc::new(commit.clone()),
                 payments: None,
+                provider,
                 ids,
                 clock,
             },
@@ -112,6 +123,7 @@ impl Mode {
                 gate: cluster.gate(),
                 durability: Arc::new(Outboxed),
                 payments: cluster.payment_queue(),
+                provider,
                 ids,
                 clock,
             },
@@ -133,6 +145,9 @@ pub struct Core {
     pub store: Arc<dyn Store>,
     pub sale: Arc<SaleService>,
     mode: Mode,
+    /// The built-in sandbox gateway, when it is the payment provider: its routes are served
+    /// beside the shop's.
+    sandbox: Option<Arc<Sandbox>>,
     /// Tells the scheduler to stop between steps.
     stop: watch::Sender<bool>,
     scheduler: Option<JoinHandle<()>>,
@@ -150,13 +165,16 @@ impl Core {
             preheat_ms: (config.preheat_secs * 1000) as i64,
             default_per_user_limit: config.per_user_limit,
         };
-        let sale = SaleService::start(mode.sale_parts(store.clone(), ids, clock), settings)
+        let payments = Payments::build(config, &*store, clock.clone()).await?;
+        let parts = mode.sale_parts(store.clone(), payments.provider, ids, clock);
+        let sale = SaleService::start(parts, settings)
             .await
             .context("rebuilding the stock gate from the database")?;
         Ok(Self {
             store,
             sale,
             mode,
+            sandbox: payments.sandbox,
             stop: watch::channel(false).0,
             scheduler: None,
         })
@@ -258,6 +276,11 @@ impl App {
         })
     }
 
+    /// The sandbox gateway, when it takes the payments: tests replay its notifications.
+    pub fn sandbox(&self) -> Option<&Arc<Sandbox>> {
+        self.core.sandbox.as_ref()
+    }
+
     /// The state handlers see; tests use it to reach the sale service directly.
     pub fn state(&self) -> &AppState {
         &self.state
@@ -277,7 +300,11 @@ impl App {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let router = crate::http::router(self.state.clone(), self.max_body_bytes);
+        let gateway = match &self.core.sandbox {
+            Some(sandbox) => sandbox.router(),
+            None => axum::Router::new(),
+        };
+        let router = crate::http::router(self.state.clone(), self.max_body_bytes, gateway);
         crate::http::server::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;

@@ -5,7 +5,7 @@ use crate::app::{ADMIN_TOKEN, TOKEN_SECRET, open_store, secret_setting};
 use crate::auth::TokenSigner;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, Secret};
-use crate::domain::{OrderId, ProductId, Username};
+use crate::domain::{OrderId, OrderStatus, ProductId, Username};
 use crate::store::Store;
 use anyhow::Context;
 use async_trait::async_trait;
@@ -98,6 +98,18 @@ impl Ledger for StoreLedger {
         let orders: Vec<OrderId> = orders.iter().copied().map(OrderId).collect();
         let stored = self.store.stored_among(&orders).await?;
         Ok(stored.into_iter().map(|order| order.0).collect())
+    }
+
+    async fn paid_among(&self, orders: &[i64]) -> anyhow::Result<Vec<i64>> {
+        let mut paid = Vec::new();
+        for &id in orders {
+            if let Some(order) = self.store.order(OrderId(id)).await?
+                && order.status == OrderStatus::Paid
+            {
+                paid.push(id);
+            }
+        }
+        Ok(paid)
     }
 
     fn location(&self) -> String {

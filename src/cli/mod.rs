@@ -45,6 +45,7 @@ enum Command {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    crate::payment::install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -33,10 +33,17 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     if args.demo {
         let store = crate::app::open_store(&config).await?;
         crate::demo::seed(&store, SystemClock.now_ms()).await?;
+        // The demo pays through the built-in sandbox gateway, unless a provider is configured.
+        config
+            .payment
+            .provider
+            .get_or_insert(crate::config::ProviderKind::Sandbox);
     }
-    let app = App::build(&config, Arc::new(SystemClock)).await?;
+    // Listening first, so the notify and return URLs can name the port actually taken.
     let listener = crate::http::server::listen(config.http_addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.http_addr))?;
+    config.http_addr = listener.local_addr()?;
+    let app = App::build(&config, Arc::new(SystemClock)).await?;
     let addr = listener.local_addr()?;
     println!(
         "seckill is selling at http://{addr}/  (database {})",

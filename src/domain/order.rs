@@ -78,6 +78,9 @@ pub struct Order {
     pub pay_before: Millis,
     pub paid_at: Option<Millis>,
     pub cancelled_at: Option<Millis>,
+    /// When a pay URL was first made for it: from then on the buyer may have paid, so the
+    /// provider is asked before the order is cancelled.
+    pub pay_started_at: Option<Millis>,
 }
 
 impl Order {
@@ -146,6 +149,7 @@ impl Order {
             pay_before: wire.due,
             paid_at: None,
             cancelled_at: None,
+            pay_started_at: None,
         })
     }
 }
@@ -169,6 +173,7 @@ mod tests {
             pay_before: 901_000,
             paid_at: None,
             cancelled_at: None,
+            pay_started_at: None,
         }
     }
 

@@ -148,6 +148,7 @@ mod tests {
             pay_before: 1,
             paid_at: None,
             cancelled_at: None,
+            pay_started_at: None,
         }
     }
 

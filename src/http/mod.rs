@@ -7,6 +7,7 @@ pub mod assets;
 pub mod client_ip;
 pub mod extract;
 pub mod pages;
+pub mod pay;
 pub mod rate_limit;
 mod router;
 pub mod server;

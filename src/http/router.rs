@@ -1,6 +1,6 @@
 //! Every route in one place.
 
-use super::{AppState, api, assets, pages};
+use super::{AppState, api, assets, pages, pay};
 use crate::error::{ApiError, AppJson};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -14,8 +14,9 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
-/// The whole HTTP application.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+/// The whole HTTP application, with `extra` routes that bring their own state (the sandbox
+/// payment gateway, when it is served).
+pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
     // The API's routes carry their full `/api/v1/...` paths rather than being nested: a
     // nested router rewrites every request's URI on the way in, on the buy path too.
     let routes = Router::new()
@@ -24,12 +25,14 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .merge(api::orders::router())
         .merge(api::admin::router())
         .merge(pages::router())
+        .merge(pay::router())
         .route("/static/{*path}", get(assets::serve))
         .route("/healthz", get(healthz))
         .fallback(no_route)
         // Applies to the routes above only: add new routes before it.
         .method_not_allowed_fallback(wrong_method)
-        .with_state(state);
+        .with_state(state)
+        .merge(extra);
     // The layers wrap the routes once, outermost first. (`Router::layer` would wrap each
     // route in each layer, boxed: a request would clone every box under every layer before
     // its handler ran.)

@@ -13,6 +13,14 @@ pub mod sandbox;
 use crate::domain::{Millis, Money, OrderId};
 use async_trait::async_trait;
 
+/// Installs ring as the process's TLS crypto provider. reqwest is built without one, so every
+/// `reqwest::Client` of the process (the Alipay client's, the load generator's) panics at
+/// `build` until one is installed; ring is the one this crate already signs with. Calling it
+/// again, or after another caller, is harmless.
+pub fn install_crypto_provider() {
+    let _already_installed = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Where the buyer pays: the provider's desktop page or its mobile-web flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,9 +1,10 @@
 //! The once-a-second housekeeping of every process: read products other processes created or
 //! changed, lift sold-out flags where another process's cancel brought stock back, and — on
-//! the scheduler leader only — preheat products whose sale is near and cancel
-//! orders whose payment window closed (returning their stock). The database query is the
-//! deadline mechanism in embedded mode and the backstop behind the delay queue in cluster mode,
-//! so a crash loses no deadline: the next tick after a restart finds every overdue order.
+//! the scheduler leader only — preheat products whose sale is near, cancel orders whose
+//! payment window closed (returning their stock) and make the refunds still due. The database
+//! query is the deadline mechanism in embedded mode and the backstop behind the delay queue in
+//! cluster mode, so a crash loses no deadline: the next tick after a restart finds every
+//! overdue order.
 
 use super::leader::Leadership;
 use crate::sale::SaleService;
@@ -42,6 +43,11 @@ pub fn spawn(
                 Ok(0) => {}
                 Ok(n) => tracing::info!(cancelled = n, "cancelled overdue orders"),
                 Err(e) => tracing::error!(error = ?e, "cancelling overdue orders failed"),
+            }
+            match sale.retry_refunds().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(refunded = n, "made refunds that were due"),
+                Err(e) => tracing::warn!(error = %e, "refunds due wait for the next step"),
             }
         }
     })

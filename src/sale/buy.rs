@@ -50,6 +50,7 @@ impl SaleService {
             pay_before: now + self.settings.payment_window_ms,
             paid_at: None,
             cancelled_at: None,
+            pay_started_at: None,
         };
         self.reserve(&order, &entry, now).await?;
         match self.durability.persist(&order).await {

@@ -7,18 +7,21 @@ mod buy;
 mod catalog;
 mod durability;
 mod orders;
+mod payments;
 mod reconcile;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::BuyError;
 pub use durability::Durability;
-pub use orders::{OrderError, Payment, PaymentQueue, QueuedPayment};
+pub use orders::{OrderError, PaymentQueue, QueuedPayment};
+pub use payments::{PayLink, Settled};
 pub use reconcile::ProductAudit;
 
 use crate::clock::SharedClock;
 use crate::domain::{Millis, OrderId, Product, ProductId, SaleWindow, UserId};
 use crate::gate::{GateProduct, StockGate};
 use crate::ids::Snowflake;
+use crate::payment::PaymentProvider;
 use crate::store::Store;
 use catalog::Catalog;
 use std::collections::{HashMap, HashSet};
@@ -43,6 +46,8 @@ pub struct SaleParts {
     /// Where a payment for an order still on its way to the database waits, when the
     /// deployment has such a queue; without one such a payment is refused as pending.
     pub payments: Option<Arc<dyn PaymentQueue>>,
+    /// Who takes the money; without one, paying is refused (`payments_not_configured`).
+    pub provider: Option<Arc<dyn PaymentProvider>>,
     pub ids: Snowflake,
     pub clock: SharedClock,
 }
@@ -62,6 +67,7 @@ pub struct SaleService {
     /// buys already in flight.
     preheat_lock: tokio::sync::Mutex<()>,
     payments: Option<Arc<dyn PaymentQueue>>,
+    provider: Option<Arc<dyn PaymentProvider>>,
 }
 
 impl SaleService {
@@ -78,6 +84,7 @@ impl SaleService {
             settings,
             preheat_lock: tokio::sync::Mutex::new(()),
             payments: parts.payments,
+            provider: parts.provider,
         });
         service.refresh_catalog().await?;
         service.preheat_due().await?;

@@ -1,10 +1,11 @@
-//! After the buy: reading, paying and cancelling orders, and cancelling those whose payment
-//! window closed. Paid-versus-cancelled races are settled by the store's conditional updates:
+//! After the buy: reading and cancelling orders, and cancelling those whose payment window
+//! closed. Paid-versus-cancelled races are settled by the store's conditional updates:
 //! whichever update matches `status = 'awaiting_payment'` first wins, the other sees it lost.
 
 use super::SaleService;
-use crate::domain::{Millis, Order, OrderId, OrderStatus, UserId};
-use crate::store::StoreError;
+use crate::domain::{Order, OrderId, OrderStatus, UserId};
+use crate::payment::Trade;
+use crate::store::{Overdue, StoreError};
 use async_trait::async_trait;
 use futures_util::{StreamExt, stream};
 
@@ -18,43 +19,61 @@ pub enum OrderError {
     AlreadyPaid,
     #[error("the order was cancelled")]
     Cancelled,
-    #[error("the payment window has closed; the order is cancelled")]
+    #[error("the payment window has closed")]
     WindowClosed,
     /// Not in the database, but its id was made moments ago (cluster mode): it may still be on
     /// its way from the outbox.
     #[error("the order is still being recorded; try again in a moment")]
     Pending,
+    /// No payment provider is configured, so no payment is taken.
+    #[error("payments are not configured on this server")]
+    NotConfigured,
+    /// A word said to be the provider's that is not: forged, altered, or for another merchant.
+    #[error("not the payment provider's word: {0}")]
+    Untrusted(#[source] crate::payment::Rejected),
+    /// The provider's word disagrees with the order (the named field).
+    #[error("the payment does not match the order: {0}")]
+    Mismatch(&'static str),
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The payment queue could not take a payment.
+    /// The payment provider or the paid queue could not be reached.
     #[error("payments are unavailable: {0}")]
     Unavailable(#[source] anyhow::Error),
 }
 
-/// What became of a payment.
-#[derive(Debug)]
-pub enum Payment {
-    /// Applied: the order as it now stands.
-    Paid(Order),
-    /// The order is still on its way to the database: the payment waits in the paid queue and
-    /// is applied once the order is stored.
-    Queued(OrderId),
-}
-
-/// A payment to apply later, once its order is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A paid trade whose order was still on its way to the database when the provider's word
+/// came: it waits, already verified, and is applied once the order is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedPayment {
-    pub order: OrderId,
-    pub user: UserId,
-    /// When the buyer paid: the payment window is judged at this instant.
-    pub at: Millis,
+    pub trade: Trade,
+    /// The word's audit key (see [`crate::store::PaymentRecord::key`]).
+    pub key: String,
 }
 
 /// Where payments for orders not stored yet wait (RabbitMQ's paid queue).
 #[async_trait]
 pub trait PaymentQueue: Send + Sync + 'static {
     /// Hands a payment over durably (confirmed by the broker).
-    async fn enqueue(&self, payment: QueuedPayment) -> anyhow::Result<()>;
+    async fn enqueue(&self, payment: &QueuedPayment) -> anyhow::Result<()>;
+}
+
+/// What the provider said about an overdue order.
+pub(super) enum Asked {
+    /// Not paid: the order may be cancelled.
+    Unpaid,
+    /// Paid after all, and settled so.
+    Settled,
+    /// Not known now (the gateway cannot be reached, or disagrees with the order).
+    Unknown,
+}
+
+/// What became of one overdue order.
+enum Expired {
+    Cancelled,
+    /// Already paid or cancelled by someone else.
+    Settled,
+    /// Left awaiting payment for the next sweep.
+    Left,
 }
 
 /// How many overdue orders one sweep step reads at a time.
@@ -75,7 +94,7 @@ impl SaleService {
 
     /// Why an order is not in the database: still on its way there if its id was made moments
     /// ago, else it does not exist.
-    fn missing(&self, id: OrderId) -> OrderError {
+    pub(super) fn missing(&self, id: OrderId) -> OrderError {
         let age = self.now() - crate::ids::made_at(id.0);
         if (0..self.durability.in_flight_for_ms()).contains(&age) {
             OrderError::Pending
@@ -89,65 +108,6 @@ impl SaleService {
         Ok(self.store.orders_of_user(user).await?)
     }
 
-    /// Pays an order (sandbox payment: the money is taken as given). Paying a paid order again
-    /// is a no-op success, so a retried request is harmless. An order still on its way to the
-    /// database is paid through the paid queue when there is one.
-    pub async fn pay(&self, user: UserId, id: OrderId) -> Result<Payment, OrderError> {
-        let at = self.now();
-        match self.apply_payment(user, id, at).await {
-            Err(OrderError::Pending) => {
-                let Some(queue) = &self.payments else {
-                    return Err(OrderError::Pending);
-                };
-                let payment = QueuedPayment {
-                    order: id,
-                    user,
-                    at,
-                };
-                queue
-                    .enqueue(payment)
-                    .await
-                    .map_err(OrderError::Unavailable)?;
-                Ok(Payment::Queued(id))
-            }
-            paid => paid.map(Payment::Paid),
-        }
-    }
-
-    /// Pays an order as of `at`, when the buyer paid: the window is judged at that instant, so
-    /// a payment applied late from the queue counts when it was made.
-    pub async fn apply_payment(
-        &self,
-        user: UserId,
-        id: OrderId,
-        at: Millis,
-    ) -> Result<Order, OrderError> {
-        let order = self.order_of(user, id).await?;
-        match order.status {
-            OrderStatus::Paid => return Ok(order),
-            OrderStatus::Cancelled | OrderStatus::Refunded => return Err(OrderError::Cancelled),
-            OrderStatus::AwaitingPayment => {}
-        }
-        if self.store.mark_paid(id, at).await? {
-            // The update changed these two columns of the row just read, and nothing else.
-            return Ok(Order {
-                status: OrderStatus::Paid,
-                paid_at: Some(at),
-                ..order
-            });
-        }
-        // Lost a race, or the window closed: look at what won.
-        let order = self.order_of(user, id).await?;
-        match order.status {
-            OrderStatus::Paid => Ok(order),
-            OrderStatus::Cancelled | OrderStatus::Refunded => Err(OrderError::Cancelled),
-            OrderStatus::AwaitingPayment => {
-                self.cancel_now(id).await?;
-                Err(OrderError::WindowClosed)
-            }
-        }
-    }
-
     /// Cancels an unpaid order at the buyer's request; the stock goes back on sale and the
     /// buyer may buy again. Cancelling a cancelled order again is a no-op success.
     pub async fn cancel(&self, user: UserId, id: OrderId) -> Result<Order, OrderError> {
@@ -158,6 +118,9 @@ impl SaleService {
             OrderStatus::AwaitingPayment => {}
         }
         if let Some(cancelled) = self.cancel_now(id).await? {
+            if cancelled.pay_started_at.is_some() {
+                self.close_trade(id).await;
+            }
             return Ok(cancelled);
         }
         let order = self.order_of(user, id).await?;
@@ -172,23 +135,28 @@ impl SaleService {
     ///
     /// A sale's unpaid orders fall due together, so many cancels run at once: on SQLite they
     /// share transactions and log syncs. Not more at once: on a database server each cancel
-    /// holds a pooled connection that shoppers' requests wait for.
+    /// holds a pooled connection that shoppers' requests wait for. An order whose buyer went
+    /// to pay is first looked up at the provider; one it cannot be asked about stays for the
+    /// next sweep, so a sweep stops when a whole step settled nothing.
     pub async fn expire_overdue(&self) -> Result<usize, OrderError> {
         let now = self.now();
         let mut cancelled = 0;
         loop {
             let overdue = self.store.overdue_orders(now, SWEEP_BATCH).await?;
             let outcomes: Vec<_> = stream::iter(overdue.iter().copied())
-                .map(|overdue| self.cancel_now(overdue.id))
+                .map(|overdue| self.expire_checked(overdue))
                 .buffer_unordered(SWEEP_CANCELS_AT_ONCE)
                 .collect()
                 .await;
+            let mut settled = 0;
             for outcome in outcomes {
-                if outcome?.is_some() {
-                    cancelled += 1;
+                match outcome? {
+                    Expired::Cancelled => cancelled += 1,
+                    Expired::Settled => settled += 1,
+                    Expired::Left => {}
                 }
             }
-            if (overdue.len() as i64) < SWEEP_BATCH {
+            if (overdue.len() as i64) < SWEEP_BATCH || cancelled + settled == 0 {
                 return Ok(cancelled);
             }
         }
@@ -200,14 +168,35 @@ impl SaleService {
         if let Some(order) = self.store.order(id).await?
             && order.is_overdue(self.now())
         {
-            self.cancel_now(id).await?;
+            let pay_started = order.pay_started_at.is_some();
+            self.expire_checked(Overdue { id, pay_started }).await?;
         }
         Ok(())
     }
 
+    /// Cancels an overdue order, unless the provider says its buyer paid (then the payment is
+    /// settled) or cannot be asked (then it is left).
+    async fn expire_checked(&self, overdue: Overdue) -> Result<Expired, OrderError> {
+        if overdue.pay_started {
+            match self.ask_provider(overdue.id).await? {
+                Asked::Unpaid => {}
+                Asked::Settled => return Ok(Expired::Settled),
+                Asked::Unknown => return Ok(Expired::Left),
+            }
+        }
+        match self.cancel_now(overdue.id).await? {
+            Some(_) if overdue.pay_started => {
+                self.close_trade(overdue.id).await;
+                Ok(Expired::Cancelled)
+            }
+            Some(_) => Ok(Expired::Cancelled),
+            None => Ok(Expired::Settled),
+        }
+    }
+
     /// The one way an order gets cancelled: the conditional update, then (only for the caller
     /// that won it) the stock back to the gate. So the stock returns exactly once.
-    async fn cancel_now(&self, id: OrderId) -> Result<Option<Order>, OrderError> {
+    pub(super) async fn cancel_now(&self, id: OrderId) -> Result<Option<Order>, OrderError> {
         let Some(order) = self.store.cancel_order(id, self.now()).await? else {
             return Ok(None);
         };

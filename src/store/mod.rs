@@ -128,6 +128,9 @@ pub trait Store: Send + Sync + 'static {
     /// A generated value kept across restarts: stores `proposed` under `key` unless a value is
     /// already there, and returns the value that is.
     async fn setting_or_insert(&self, key: &str, proposed: &str) -> StoreResult<String>;
+    /// The value kept under `key`, if any: for values too costly to propose on every start
+    /// (a generated key pair).
+    async fn setting(&self, key: &str) -> StoreResult<Option<String>>;
 
     /// Creates an account; `None` when the username is taken.
     async fn create_user(

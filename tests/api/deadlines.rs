@@ -1,10 +1,11 @@
 //! Payment windows: unpaid orders are cancelled at their deadline and their stock returns
-//! exactly once; pay and cancel racing each other settle on exactly one outcome. Time is moved
+//! exactly once, and paid ones never are (payments racing cancels: `payments.rs`). Time is moved
 //! with a manual clock, never slept through; only the server's own once-a-second sweep is
 //! waited for.
 
 use crate::helpers::{TestApp, code};
 use reqwest::StatusCode;
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,19 +65,19 @@ async fn wait_until_cancelled_and_back_on_sale(
 }
 
 #[tokio::test]
-async fn paying_after_the_deadline_fails_and_cancels_the_order() {
+async fn asking_to_pay_after_the_deadline_is_refused_and_the_sweep_cancels_the_order() {
     let clock = TestApp::manual_clock();
-    let app = TestApp::spawn_with(clock.clone(), |_| {}).await;
+    let app = TestApp::spawn_paying(clock.clone()).await;
     let product = app.live_product(5, 1).await;
     let token = &app.users(1).await[0];
     let order_id = &app.buy_each(std::slice::from_ref(token), product).await[0].1;
     clock.advance(WINDOW_MS);
-    let (status, body) = app.order_action(token, order_id, "pay").await;
-    assert_eq!(status, StatusCode::CONFLICT);
-    assert!(
-        ["payment_window_closed", "order_cancelled"].contains(&code(&body)),
-        "{body}"
+    let (status, body) = app.ask_to_pay(token, order_id, Value::Null).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "payment_window_closed")
     );
+    assert_eq!(app.state.sale.expire_overdue().await.unwrap(), 1);
     assert_eq!(app.stored(product).await, (0, 0, 5));
     assert_eq!(app.product(product).await["remaining"], 5);
 }
@@ -84,23 +85,15 @@ async fn paying_after_the_deadline_fails_and_cancels_the_order() {
 #[tokio::test]
 async fn a_paid_order_is_never_cancelled_by_its_deadline() {
     let clock = TestApp::manual_clock();
-    let app = TestApp::spawn_with(clock.clone(), |_| {}).await;
+    let app = TestApp::spawn_paying(clock.clone()).await;
     let product = app.live_product(5, 1).await;
     let token = &app.users(1).await[0];
     let order_id = &app.buy_each(std::slice::from_ref(token), product).await[0].1;
-    let (status, paid) = app.order_action(token, order_id, "pay").await;
-    assert_eq!((status, &paid["status"]), (StatusCode::OK, &"paid".into()));
-    // The answer is the order as stored, paid_at included.
-    let (_, stored) = app
+    app.pay_at_sandbox(token, order_id).await;
+    let (_, paid) = app
         .get_json_as(token, &format!("/api/v1/orders/{order_id}"))
         .await;
-    assert_eq!(paid, stored);
     assert!(paid["paid_at"].is_string(), "{paid}");
-    // Paying again is harmless; cancelling a paid order is refused.
-    assert_eq!(
-        app.order_action(token, order_id, "pay").await.0,
-        StatusCode::OK
-    );
     let (status, body) = app.order_action(token, order_id, "cancel").await;
     assert_eq!(
         (status, code(&body)),
@@ -109,48 +102,6 @@ async fn a_paid_order_is_never_cancelled_by_its_deadline() {
     clock.advance(2 * WINDOW_MS);
     assert_eq!(app.state.sale.expire_overdue().await.unwrap(), 0);
     assert_eq!(app.stored(product).await, (1, 1, 4));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pay_and_cancel_racing_on_the_same_orders_settle_on_exactly_one_outcome() {
-    let app = Arc::new(TestApp::spawn().await);
-    let stock = 200;
-    let product = app.live_product(stock, 1).await;
-    let tokens = app.users(stock as usize).await;
-    let orders = app.buy_each(&tokens, product).await;
-    let races: Vec<_> = orders
-        .into_iter()
-        .map(|(token, id)| {
-            let app = app.clone();
-            tokio::spawn(async move {
-                let (pay, cancel) = tokio::join!(
-                    app.order_action(&token, &id, "pay"),
-                    app.order_action(&token, &id, "cancel")
-                );
-                (pay, cancel)
-            })
-        })
-        .collect();
-    let mut paid = 0;
-    for race in races {
-        let ((pay_status, pay_body), (cancel_status, cancel_body)) = race.await.unwrap();
-        match (pay_status.as_u16(), cancel_status.as_u16()) {
-            (200, 409) => {
-                assert_eq!(code(&cancel_body), "already_paid");
-                paid += 1;
-            }
-            (409, 200) => assert_eq!(code(&pay_body), "order_cancelled"),
-            other => panic!("both or neither won: {other:?} {pay_body} {cancel_body}"),
-        }
-    }
-    let (orders_left, units, db_stock) = app.stored(product).await;
-    assert_eq!((orders_left, units), (paid, paid));
-    assert_eq!(
-        db_stock,
-        stock - paid,
-        "each cancel returned its unit exactly once"
-    );
-    assert_eq!(app.product(product).await["remaining"], stock - paid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,6 +8,7 @@ use seckill::clock::{Clock, ManualClock, SharedClock, SystemClock};
 use seckill::config::{Config, Secret};
 use seckill::domain::{UserId, Username};
 use seckill::http::AppState;
+use seckill::payment::sandbox::Sandbox;
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use std::sync::Arc;
@@ -25,6 +26,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub state: AppState,
     pub db: Arc<TestDatabase>,
+    /// The sandbox payment gateway, when the server takes payments through it.
+    pub sandbox: Option<Arc<Sandbox>>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
 }
@@ -77,11 +80,13 @@ impl TestApp {
             config.amqp_prefix = prefix;
             config.amqp_queue_expiry_secs = Some(600);
         }
+        let listener = seckill::http::server::listen(([127, 0, 0, 1], 0).into()).unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        config.public_url = Some(base.clone());
         tweak(&mut config);
         let app = App::build(&config, clock).await.expect("app builds");
         let state = app.state().clone();
-        let listener = seckill::http::server::listen(([127, 0, 0, 1], 0).into()).unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+        let sandbox = app.sandbox().cloned();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             app.serve(listener, async {
@@ -90,7 +95,7 @@ impl TestApp {
             .await
             .unwrap();
         });
-        let client = reqwest::Client::builder()
+        let client = client_builder()
             .pool_max_idle_per_host(4096)
             .build()
             .unwrap();
@@ -99,6 +104,7 @@ impl TestApp {
             client,
             state,
             db,
+            sandbox,
             stop: Some(stop),
             server: Some(server),
         }
@@ -386,6 +392,13 @@ pub async fn status_and_json(response: reqwest::Response) -> (StatusCode, Value)
         "a JSON answer ({status}) must say Content-Type: application/json"
     );
     (status, body)
+}
+
+/// An HTTP client for the tests, once the TLS provider every client of the process needs is
+/// installed.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    seckill::payment::install_crypto_provider();
+    reqwest::Client::builder()
 }
 
 /// RFC 3339 for a Unix-millisecond time.

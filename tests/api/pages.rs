@@ -70,7 +70,7 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
     assert!(html.contains("Phone X 128G"), "the live event is selected");
     assert!(html.contains("data-product-id"));
 
-    let redirect = reqwest::Client::builder()
+    let redirect = crate::helpers::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap()

@@ -6,8 +6,8 @@ use crate::backend::TestDatabase;
 use crate::helpers::{TestApp, code};
 use crate::shared_gate::{fresh_prefix, local_amqp, redis_url, server_on_with};
 use reqwest::StatusCode;
+use seckill::config::{Config, ProviderKind};
 use std::sync::Arc;
-use std::time::Duration;
 
 async fn redis() -> seckill::redis_link::RedisLink {
     seckill::redis_link::connect(&redis_url()).await.unwrap()
@@ -62,7 +62,7 @@ async fn the_delay_queue_alone_cancels_an_unpaid_order_when_its_window_closes() 
     let order = app.buy_each(&tokens[..1], product).await.remove(0).1;
     assert_eq!(app.stored(product).await, (1, 1, 0));
 
-    wait_for_status(&app, &tokens[0], &order, "cancelled").await;
+    app.wait_for_status(&tokens[0], &order, "cancelled").await;
     assert_eq!(app.stored(product).await, (0, 0, 1));
     assert_eq!(
         app.buy(&tokens[1], product, 1).await.0,
@@ -88,8 +88,12 @@ impl Stalled {
     }
 
     async fn spawn(&self, worker: bool) -> TestApp {
+        self.spawn_with(worker, |_| {}).await
+    }
+
+    async fn spawn_with(&self, worker: bool, tweak: impl FnOnce(&mut Config)) -> TestApp {
         let amqp = self.amqp.then(|| local_amqp(&self.prefix));
-        server_on_with(&self.db, &self.prefix, worker, amqp, |_| {}).await
+        server_on_with(&self.db, &self.prefix, worker, amqp, tweak).await
     }
 }
 
@@ -186,42 +190,37 @@ async fn an_unreadable_outbox_entry_is_set_aside_and_the_orders_around_it_are_st
 
 #[tokio::test]
 async fn a_payment_for_an_order_still_in_the_outbox_waits_in_the_paid_queue() {
+    use seckill::payment::sandbox::{SANDBOX_APP_ID, SANDBOX_SELLER_ID};
     let stalled = Stalled::new(TestDatabase::fresh().await, true);
-    let app = stalled.spawn(false).await;
+    let paying = |c: &mut Config| c.payment.provider = Some(ProviderKind::Sandbox);
+    let app = stalled.spawn_with(false, paying).await;
     let product = app.live_product(5, 1).await;
     let tokens = app.users(1).await;
     let (_, order) = app.buy(&tokens[0], product, 1).await;
     let id = order["order_id"].as_str().unwrap();
-    let response = app
-        .client
-        .post(app.url(&format!("/api/v1/orders/{id}/pay")))
-        .bearer_auth(&tokens[0])
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = crate::helpers::status_and_json(response).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(body["status"], "payment_pending");
+    // The provider's word that it was paid, before any worker stored the order.
+    let notification = app
+        .signed_by_gateway(
+            &Vec::new(),
+            &[
+                ("app_id", SANDBOX_APP_ID),
+                ("seller_id", SANDBOX_SELLER_ID),
+                ("out_trade_no", id),
+                ("trade_no", "2026112422001400000000000002"),
+                ("total_amount", "49.99"),
+                ("trade_status", "TRADE_SUCCESS"),
+                ("notify_id", "while-in-the-outbox"),
+                ("sign_type", "RSA2"),
+            ],
+        )
+        .await;
+    assert_eq!(app.notify(&notification).await, "success");
 
     // The worker stores the order, and the queued payment (going round the retry queue until
     // then) pays it.
-    let _worker = stalled.spawn(true).await;
-    wait_for_status(&app, &tokens[0], id, "paid").await;
-}
-
-/// Waits (up to 15 s) until the buyer sees their order in `status`.
-async fn wait_for_status(app: &TestApp, token: &str, order: &str, status: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, body) = app
-            .get_json_as(token, &format!("/api/v1/orders/{order}"))
-            .await;
-        if body["status"] == status {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "still {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let _worker = stalled.spawn_with(true, paying).await;
+    app.wait_for_status(&tokens[0], id, "paid").await;
+    assert_eq!(app.payment_records(id).await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

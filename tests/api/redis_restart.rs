@@ -145,7 +145,7 @@ async fn redis_restarted_empty_mid_crowd_leaves_every_process_selling_and_nothin
     let (mut second, second_url) = cluster.server().await;
     let (mut worker, _) = cluster.start("worker", &[]).await;
     let servers = [first_url, second_url];
-    let client = reqwest::Client::builder()
+    let client = crate::helpers::client_builder()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();

@@ -27,6 +27,7 @@ pub fn order(id: i64, product: i64, quantity: i64) -> Order {
         pay_before: now + 3_600_000,
         paid_at: None,
         cancelled_at: None,
+        pay_started_at: None,
     }
 }
 

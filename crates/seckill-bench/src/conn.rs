@@ -44,6 +44,11 @@ impl Target {
             prefix: uri.path().trim_end_matches('/').to_owned(),
         })
     }
+
+    /// The path prefix of the server's routes (often empty).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
 }
 
 /// An answer: its status, the body, and how long the server asked to wait before trying again
@@ -53,6 +58,17 @@ pub struct Received {
     pub status: StatusCode,
     pub body: Bytes,
     pub retry_after: Option<Duration>,
+}
+
+/// What a request carries besides its method and path.
+pub enum Payload<'a> {
+    /// Nothing: a plain GET.
+    Nothing,
+    /// A shopper's request: their `Authorization` header and a JSON body (which may be empty).
+    Shopper(&'a HeaderValue, Bytes),
+    /// A browser's form post (`application/x-www-form-urlencoded`), as to the sandbox payment
+    /// gateway's checkout page.
+    Form(Bytes),
 }
 
 /// Why a request got no answer.
@@ -77,25 +93,33 @@ impl Connection {
         }
     }
 
-    /// `method path`; with a shopper's `Authorization` header and a JSON body when `token`
-    /// is given (the body may be empty).
+    /// `method path` with `payload`.
     pub async fn send(
         &mut self,
         method: Method,
         path: &str,
-        token: Option<(&HeaderValue, Bytes)>,
+        payload: Payload<'_>,
     ) -> Result<Received, Failure> {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.target.prefix))
             .header(HOST, self.target.authority.clone());
-        let mut body = Bytes::new();
-        if let Some((token, json)) = token {
-            request = request
-                .header(AUTHORIZATION, token.clone())
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            body = json;
-        }
+        let body = match payload {
+            Payload::Nothing => Bytes::new(),
+            Payload::Shopper(token, json) => {
+                request = request
+                    .header(AUTHORIZATION, token.clone())
+                    .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                json
+            }
+            Payload::Form(form) => {
+                request = request.header(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/x-www-form-urlencoded"),
+                );
+                form
+            }
+        };
         let request = request
             .body(Full::new(body))
             .map_err(|_| Failure::Connection)?;

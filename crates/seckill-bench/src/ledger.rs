@@ -29,6 +29,9 @@ pub trait Ledger {
     /// Those of `orders` that the database holds.
     async fn stored_among(&self, orders: &[i64]) -> anyhow::Result<Vec<i64>>;
 
+    /// Those of `orders` that the database holds as paid.
+    async fn paid_among(&self, orders: &[i64]) -> anyhow::Result<Vec<i64>>;
+
     /// Where the ledger reads, credentials hidden: named when the server writes elsewhere.
     fn location(&self) -> String;
 }

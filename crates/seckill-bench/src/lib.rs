@@ -70,7 +70,8 @@ pub enum Scenario {
     Throughput,
     /// One unit on sale, gone at once: measures the sold-out rejection path.
     Soldout,
-    /// Shoppers browse the product, buy, then pay or cancel some of their orders.
+    /// Shoppers browse the product, buy, then pay some of their orders at the server's sandbox
+    /// payment gateway (its notifications pay them) and cancel others.
     Mixed,
     /// `GET /healthz` only: the HTTP ceiling of the same server, to compare against.
     Ceiling,

@@ -4,7 +4,7 @@
 //! every accepted order id is kept, for the checks.
 
 use crate::Scenario;
-use crate::conn::{Connection, Failure, Received, Target};
+use crate::conn::{Connection, Failure, Payload, Received, Target};
 use crate::setup::Sale;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
@@ -46,6 +46,9 @@ pub struct Outcome {
     pub accepted: Vec<Accepted>,
     /// Orders the crowd cancelled (mixed scenario), whose units went back on sale.
     pub cancelled: Vec<Accepted>,
+    /// Orders the crowd paid at the sandbox payment gateway (mixed scenario): its notification
+    /// must make each of them paid.
+    pub paid: Vec<Accepted>,
 }
 
 impl Outcome {
@@ -71,6 +74,7 @@ struct Tally {
     answers: BTreeMap<&'static str, BTreeMap<String, u64>>,
     accepted: Vec<Accepted>,
     cancelled: Vec<Accepted>,
+    paid: Vec<Accepted>,
 }
 
 impl Tally {
@@ -99,6 +103,7 @@ impl Tally {
         }
         self.accepted.extend(other.accepted);
         self.cancelled.extend(other.cancelled);
+        self.paid.extend(other.paid);
     }
 
     /// Answers keyed `"kind outcome"`, as the report shows them.
@@ -206,6 +211,7 @@ pub async fn drive(target: Target, plan: Plan) -> anyhow::Result<Outcome> {
         latency: total.latency,
         accepted: total.accepted,
         cancelled: total.cancelled,
+        paid: total.paid,
     })
 }
 
@@ -242,6 +248,9 @@ async fn show_progress(crowd: Arc<Crowd>, started: Instant) {
 struct Reply<'a> {
     order_id: Option<&'a str>,
     status: Option<&'a str>,
+    /// Where a pay request sends the shopper.
+    #[serde(borrow)]
+    pay_url: Option<Cow<'a, str>>,
     #[serde(borrow)]
     error: Option<ErrorReply<'a>>,
 }
@@ -249,6 +258,14 @@ struct Reply<'a> {
 #[derive(Deserialize)]
 struct ErrorReply<'a> {
     code: &'a str,
+}
+
+/// The path and query of `url` below the bench's path `prefix`: a pay URL names the gateway
+/// by the server's public address, which the crowd reaches through its own target.
+fn path_of<'u>(url: &'u str, prefix: &str) -> Option<&'u str> {
+    let after_scheme = url.split_once("://")?.1;
+    let path = &after_scheme[after_scheme.find('/')?..];
+    Some(path.strip_prefix(prefix).unwrap_or(path))
 }
 
 /// What one request came back with: its status and body, or why there was none.
@@ -264,7 +281,8 @@ impl Answer {
         }
     }
 
-    /// `accepted` (202), `ok`, the server's error code, `http_NNN`, or why there was no answer.
+    /// `accepted` (202), `ok`, `redirect`, the server's error code, `http_NNN`, or why there
+    /// was no answer.
     fn outcome(&self) -> Cow<'_, str> {
         let status = match &self.0 {
             Ok(received) => received.status.as_u16(),
@@ -274,6 +292,7 @@ impl Answer {
         match status {
             202 => Cow::Borrowed("accepted"),
             200..=299 => Cow::Borrowed("ok"),
+            300..=399 => Cow::Borrowed("redirect"),
             other => match self.reply().error {
                 Some(error) => Cow::Borrowed(error.code),
                 None => Cow::Owned(format!("http_{other}")),
@@ -321,8 +340,14 @@ impl Crowd {
                     self.buy(self.next_shopper(), &mut slot).await;
                 }
                 (None, scenario) => {
-                    self.send(&mut slot, "healthz", Method::GET, "/healthz", None)
-                        .await;
+                    self.send(
+                        &mut slot,
+                        "healthz",
+                        Method::GET,
+                        "/healthz",
+                        Payload::Nothing,
+                    )
+                    .await;
                     if scenario == Scenario::Hold {
                         // The connection stays open, idle, until the run ends.
                         tokio::time::sleep_until(deadline).await;
@@ -339,17 +364,17 @@ impl Crowd {
         &self.tokens[i % self.tokens.len()]
     }
 
-    /// Sends, times and classifies one request; `token` makes it a shopper's JSON POST.
+    /// Sends, times and classifies one request.
     async fn send(
         &self,
         slot: &mut Slot,
         kind: &'static str,
         method: Method,
         path: &str,
-        token: Option<(&HeaderValue, Bytes)>,
+        payload: Payload<'_>,
     ) -> Answer {
         let started = Instant::now();
-        let answer = Answer(slot.connection.send(method, path, token).await);
+        let answer = Answer(slot.connection.send(method, path, payload).await);
         let took = started.elapsed();
         let outcome = answer.outcome();
         slot.tally.record(kind, took, &outcome);
@@ -359,7 +384,7 @@ impl Crowd {
 
     /// One buy of one unit; the accepted order, if any.
     async fn buy(&self, shopper: &HeaderValue, slot: &mut Slot) -> Option<Accepted> {
-        let body = Some((shopper, self.buy_body.clone()));
+        let body = Payload::Shopper(shopper, self.buy_body.clone());
         let answer = self
             .send(slot, "buy", Method::POST, "/api/v1/orders", body)
             .await;
@@ -376,7 +401,8 @@ impl Crowd {
     async fn shop(&self, sale: &Sale, slot: &mut Slot, deadline: Instant) {
         let shopper = self.next_shopper();
         let product = format!("/api/v1/products/{}", sale.product);
-        self.send(slot, "browse", Method::GET, &product, None).await;
+        self.send(slot, "browse", Method::GET, &product, Payload::Nothing)
+            .await;
         let Some(order) = self.buy(shopper, slot).await else {
             return;
         };
@@ -389,15 +415,40 @@ impl Crowd {
         };
         let path = format!("/api/v1/orders/{}/{action}", order.order);
         let answer = loop {
-            let empty = Some((shopper, Bytes::new()));
+            let empty = Payload::Shopper(shopper, Bytes::new());
             let answer = self.send(slot, action, Method::POST, &path, empty).await;
             match answer.retry_after() {
                 Some(wait) if Instant::now() + wait < deadline => tokio::time::sleep(wait).await,
                 _ => break answer,
             }
         };
-        if action == "cancel" && answer.reply().status == Some("cancelled") {
+        let reply = answer.reply();
+        if action == "cancel" && reply.status == Some("cancelled") {
             slot.tally.cancelled.push(order);
+        } else if let Some(pay_url) = reply.pay_url {
+            self.pay_at_gateway(slot, order, &pay_url).await;
+        }
+    }
+
+    /// What a shopper's browser does with a pay URL at the sandbox gateway: opens its checkout
+    /// page, then presses "pay", which sends them back to the shop (a redirect).
+    async fn pay_at_gateway(&self, slot: &mut Slot, order: Accepted, pay_url: &str) {
+        let Some(at_gateway) = path_of(pay_url, self.target.prefix()) else {
+            return;
+        };
+        let page = self
+            .send(slot, "checkout", Method::GET, at_gateway, Payload::Nothing)
+            .await;
+        if page.outcome() != "ok" {
+            return;
+        }
+        let confirm = format!("/sandbox/alipay/checkout/{}", order.order);
+        let form = Payload::Form(Bytes::from_static(b"action=pay"));
+        let paid = self
+            .send(slot, "confirm", Method::POST, &confirm, form)
+            .await;
+        if paid.outcome() == "redirect" {
+            slot.tally.paid.push(order);
         }
     }
 }

@@ -52,6 +52,7 @@ pub async fn check_sale(
     } else {
         (expected_sold, "never sold out, so what was accepted")
     };
+    let paid = wait_for_payments(ledger, outcome).await?;
     let over_limit = holdings
         .iter()
         .filter(|&&units| units > sale.per_user_limit)
@@ -86,6 +87,14 @@ pub async fn check_sale(
             ),
         ),
         check(
+            "every order paid at the gateway is paid",
+            paid == outcome.paid.len(),
+            format!(
+                "{paid} of {} orders paid through the sandbox gateway are paid",
+                outcome.paid.len()
+            ),
+        ),
+        check(
             "database ledger balances",
             product.stock_total - product.stock == sold,
             format!(
@@ -96,6 +105,24 @@ pub async fn check_sale(
             ),
         ),
     ])
+}
+
+/// How many of the orders the crowd paid at the gateway the database holds as paid, once all
+/// are or once the count has stopped changing for 5 s: the gateway's notifications arrive
+/// after the crowd's answers.
+async fn wait_for_payments(ledger: &impl Ledger, outcome: &Outcome) -> anyhow::Result<usize> {
+    let ids: Vec<i64> = outcome.paid.iter().map(|a| a.order).collect();
+    let mut last = (usize::MAX, Instant::now());
+    loop {
+        let paid = ledger.paid_among(&ids).await?.len();
+        if paid == ids.len() || (paid == last.0 && last.1.elapsed() > Duration::from_secs(5)) {
+            return Ok(paid);
+        }
+        if paid != last.0 {
+            last = (paid, Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The `hold` scenario's one check: every connection was answered, then held to the end.

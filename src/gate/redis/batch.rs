@@ -213,6 +213,7 @@ mod tests {
             pay_before: NOW + 900_000,
             paid_at: None,
             cancelled_at: None,
+            pay_started_at: None,
         }
     }
 

@@ -8,14 +8,13 @@ use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use crate::http::extract::CurrentUser;
-use crate::sale::Payment;
-use axum::Router;
+use crate::payment::Channel;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
-use serde_json::json;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
 
 /// `/api/v1/orders`.
 pub fn router() -> Router<AppState> {
@@ -66,21 +65,41 @@ async fn my_order(
     Ok(AppJson(OrderView::from(order)))
 }
 
-/// `200` with the paid order, or `202` when the order is still on its way to the database and
-/// the payment waits in the paid queue (`{"order_id", "status": "payment_pending"}`).
+/// The optional body of `POST /api/v1/orders/{id}/pay`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PayBody {
+    #[serde(default)]
+    channel: Channel,
+}
+
+/// Where to pay an order.
+#[derive(Serialize)]
+struct PayView {
+    order_id: OrderId,
+    provider: &'static str,
+    pay_url: String,
+}
+
+/// `200 {"order_id", "provider", "pay_url"}`: the signed URL at which the buyer pays. The order
+/// is paid when the provider's notification arrives, not by this call.
 async fn pay(
     State(state): State<AppState>,
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
-) -> Result<Response, ApiError> {
-    Ok(match state.sale.pay(user.id, OrderId(id)).await? {
-        Payment::Paid(order) => AppJson(OrderView::from(order)).into_response(),
-        Payment::Queued(id) => (
-            StatusCode::ACCEPTED,
-            AppJson(json!({ "order_id": id, "status": "payment_pending" })),
-        )
-            .into_response(),
-    })
+    body: Bytes,
+) -> Result<AppJson<PayView>, ApiError> {
+    let PayBody { channel } = if body.iter().all(u8::is_ascii_whitespace) {
+        PayBody::default()
+    } else {
+        Json::<PayBody>::from_bytes(&body)?.0
+    };
+    let link = state.sale.pay(user.id, OrderId(id), channel).await?;
+    Ok(AppJson(PayView {
+        order_id: link.order_id,
+        provider: link.provider,
+        pay_url: link.pay_url,
+    }))
 }
 
 async fn cancel(

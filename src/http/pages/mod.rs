@@ -30,7 +30,8 @@ pub fn router() -> Router<AppState> {
         .route("/logout", post(logout))
 }
 
-fn render(request: &HeaderMap, page: &impl Template) -> Result<Response, ApiError> {
+/// A page, with its ETag.
+pub(super) fn render(request: &HeaderMap, page: &impl Template) -> Result<Response, ApiError> {
     let html = page.render().map_err(anyhow::Error::from)?;
     Ok(cached(
         request,
@@ -122,7 +123,10 @@ async fn sale_page(
 async fn units_held(state: &AppState, user: &CurrentUser) -> Result<HashMap<i64, u32>, ApiError> {
     let mut held = HashMap::new();
     for order in state.sale.orders_of(user.id).await? {
-        if order.status != OrderStatus::Cancelled {
+        if matches!(
+            order.status,
+            OrderStatus::AwaitingPayment | OrderStatus::Paid
+        ) {
             *held.entry(order.product_id.0).or_default() += order.quantity.get();
         }
     }
@@ -181,6 +185,7 @@ async fn orders_page(
             username: user.username,
             orders: rows,
             now_ms: state.sale.now(),
+            sandbox: state.sale.provider_name() == Some("sandbox"),
         },
     )
 }

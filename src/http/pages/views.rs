@@ -65,7 +65,7 @@ pub struct OrderRow {
     pub product_name: String,
     pub quantity: i64,
     pub total: String,
-    /// "awaiting_payment", "paid" or "cancelled".
+    /// "awaiting_payment", "paid", "cancelled" or "refunded".
     pub status: &'static str,
     pub created_at_ms: i64,
     pub pay_before_ms: i64,
@@ -78,4 +78,20 @@ pub struct OrdersPage {
     pub username: String,
     pub orders: Vec<OrderRow>,
     pub now_ms: i64,
+    /// Payments go through the built-in sandbox gateway: no real money.
+    pub sandbox: bool,
+}
+
+/// `GET /pay/alipay/return`: where the provider sends the buyer back. It shows the order as
+/// stored, and reloads itself while the payment's notification has not arrived.
+#[derive(Template)]
+#[template(path = "pay_return.html")]
+pub struct PayReturnPage {
+    pub order_id: String,
+    pub product_name: String,
+    pub total: String,
+    /// "awaiting_payment", "paid", "cancelled" or "refunded".
+    pub status: &'static str,
+    /// The payment went through the built-in sandbox gateway: no real money.
+    pub sandbox: bool,
 }

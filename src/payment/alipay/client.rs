@@ -14,6 +14,7 @@ use crate::domain::{Millis, Money, OrderId};
 use crate::payment::amount::parse_yuan;
 use crate::payment::{
     Channel, GatewayError, Notification, PayRequest, PaymentProvider, Rejected, Trade, TradeStatus,
+    install_crypto_provider,
 };
 use anyhow::Context as _;
 use async_trait::async_trait;
@@ -322,13 +323,6 @@ struct PayContent<'a> {
     subject: &'a str,
     product_code: &'a str,
     time_expire: String,
-}
-
-/// Installs ring as the process's TLS crypto provider. reqwest is built here without one, so
-/// every `reqwest::Client` in the process panics at `build` until one is installed; ring is the
-/// one this crate already signs with. Calling it again, or after another caller, is harmless.
-pub fn install_crypto_provider() {
-    let _already_installed = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The wall clock, for a request's `timestamp`: Alipay compares it with its own clock, so a

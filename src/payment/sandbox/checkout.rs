@@ -231,7 +231,7 @@ fn checkout_page(id: OrderId, trade: &SandboxTrade) -> CheckoutPage {
     }
 }
 
-/// `POST /sandbox/alipay/checkout/{out_trade_no}`, `action=pay|abandon`.
+/// `POST /sandbox/alipay/checkout/{out_trade_no}`, `action=pay|pay_without_notice|abandon`.
 pub(super) async fn decide(
     State(sandbox): State<Arc<Sandbox>>,
     Path(out_trade_no): Path<String>,
@@ -241,9 +241,10 @@ pub(super) async fn decide(
         return not_found();
     };
     match param(&protocol::parse_params(&body), "action") {
-        Some("pay") => pay(&sandbox, id),
+        Some("pay") => pay(&sandbox, id, Notice::Sent),
+        Some("pay_without_notice") => pay(&sandbox, id, Notice::Lost),
         Some("abandon") => abandon(&sandbox, id),
-        _ => bad_request("action must be pay or abandon"),
+        _ => bad_request("action must be pay, pay_without_notice or abandon"),
     }
 }
 
@@ -257,9 +258,21 @@ fn not_found() -> Response {
     )
 }
 
-/// Pays the trade, tells the shop in the background, and sends the buyer back to it with the
-/// signed return. A second click sends the buyer back again and tells the shop nothing new.
-fn pay(sandbox: &Sandbox, id: OrderId) -> Response {
+/// Whether the shop hears of a payment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Notice {
+    /// The notification goes out, with Alipay's retries.
+    Sent,
+    /// It is lost on the way, as one can be: so the shop's recovery can be tried (the deadline
+    /// sweep asking `alipay.trade.query`, a late notification that `Sandbox::notification`
+    /// replays).
+    Lost,
+}
+
+/// Pays the trade, tells the shop in the background (unless the notice is to be lost), and
+/// sends the buyer back to it with the signed return. A second click sends the buyer back
+/// again and tells the shop nothing new.
+fn pay(sandbox: &Sandbox, id: OrderId, notice: Notice) -> Response {
     let now = sandbox.now();
     let paid = sandbox
         .book()
@@ -279,7 +292,7 @@ fn pay(sandbox: &Sandbox, id: OrderId) -> Response {
             return message(StatusCode::CONFLICT, "交易已关闭 Trade closed", text, shop);
         }
     };
-    if newly {
+    if newly && notice == Notice::Sent {
         sandbox.notify(id, &trade);
     }
     let Some(return_url) = &trade.opening.return_url else {

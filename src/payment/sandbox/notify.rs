@@ -2,7 +2,7 @@
 //! shop's `notify_url`, repeated until the answer's body is exactly `success`, at most
 //! [`DELIVERIES`] times, then given up.
 
-use crate::payment::alipay::client::install_crypto_provider;
+use crate::payment::install_crypto_provider;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;

@@ -204,6 +204,10 @@ impl ServerStore {
 impl Store for ServerStore {
     async fn setting_or_insert(&self, key: &str, proposed: &str) -> StoreResult<String> {
         self.tables.insert_setting(key, proposed).await?;
+        self.tables.kept_setting(key).await
+    }
+
+    async fn setting(&self, key: &str) -> StoreResult<Option<String>> {
         self.tables.setting(key).await
     }
 

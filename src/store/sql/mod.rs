@@ -233,12 +233,19 @@ impl Tables {
     }
 
     /// The value stored under `key`.
-    pub async fn setting(&self, key: &str) -> StoreResult<String> {
+    pub async fn kept_setting(&self, key: &str) -> StoreResult<String> {
+        self.setting(key)
+            .await?
+            .ok_or_else(|| sqlx::Error::RowNotFound.into())
+    }
+
+    /// See [`crate::store::Store::setting`].
+    pub async fn setting(&self, key: &str) -> StoreResult<Option<String>> {
         let row = query(&self.sql.setting)
             .bind(key.to_owned())
-            .fetch_one(&self.pool)
+            .fetch_optional(&self.pool)
             .await?;
-        Ok(row.try_get(0)?)
+        Ok(row.map(|row| row.try_get(0)).transpose()?)
     }
 
     /// See [`crate::store::Store::create_user`].

@@ -18,7 +18,7 @@ macro_rules! product_columns {
 macro_rules! order_columns {
     () => {
         "id, user_id, product_id, product_name, unit_price_cents, quantity, total_cents, status, \
-         created_at, pay_before, paid_at, cancelled_at, refunded_at"
+         created_at, pay_before, paid_at, cancelled_at, pay_started_at, refunded_at"
     };
 }
 /// The columns an order is stored with; the rest are set by later changes.
@@ -166,6 +166,7 @@ pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
         pay_before: c.int("pay_before")?,
         paid_at: c.maybe_int("paid_at")?,
         cancelled_at: c.maybe_int("cancelled_at")?,
+        pay_started_at: c.maybe_int("pay_started_at")?,
     };
     let refunded = c.maybe_int("refunded_at")?.is_some();
     Ok(if refunded && order.status == OrderStatus::Cancelled {

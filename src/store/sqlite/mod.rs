@@ -127,6 +127,10 @@ impl Store for SqliteStore {
     async fn setting_or_insert(&self, key: &str, proposed: &str) -> StoreResult<String> {
         self.tables.insert_setting(key, proposed).await?;
         self.durable().await?;
+        self.tables.kept_setting(key).await
+    }
+
+    async fn setting(&self, key: &str) -> StoreResult<Option<String>> {
         self.tables.setting(key).await
     }
 
