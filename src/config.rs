@@ -357,6 +357,55 @@ mod tests {
     }
 
     #[test]
+    fn alipay_needs_its_app_id_its_keys_and_a_public_url_at_start_up() {
+        let alipay = |edit: fn(&mut Config)| {
+            let mut config = Config::default();
+            config.payment.provider = Some(ProviderKind::Alipay);
+            config.public_url = Some("https://shop.example".into());
+            config.alipay.app_id = Some("2021000000000001".into());
+            config.alipay.private_key = Some(Secret::new("key".into()));
+            config.alipay.alipay_public_key = Some("key".into());
+            edit(&mut config);
+            config.validate()
+        };
+        alipay(|_| {}).unwrap();
+        for (why, edit) in [
+            ("no app id", (|c| c.alipay.app_id = None) as fn(&mut Config)),
+            ("no public url", |c| c.public_url = None),
+            ("a relative public url", |c| {
+                c.public_url = Some("shop.example".into())
+            }),
+            ("no private key", |c| c.alipay.private_key = None),
+            ("two private keys", |c| {
+                c.alipay.private_key_file = Some("app_key.pem".into())
+            }),
+            ("no Alipay key", |c| c.alipay.alipay_public_key = None),
+        ] {
+            assert!(alipay(edit).is_err(), "{why}");
+        }
+    }
+
+    #[test]
+    fn the_provider_is_read_by_name_and_an_unknown_one_is_refused() {
+        let read = |text: &str| -> Result<PaymentConfig, _> {
+            config::Config::builder()
+                .add_source(config::File::from_str(text, config::FileFormat::Toml))
+                .build()
+                .and_then(|c| c.get::<PaymentConfig>("payment"))
+        };
+        let provider = |text| read(text).unwrap().provider;
+        assert_eq!(
+            provider("[payment]\nprovider = \"sandbox\""),
+            Some(ProviderKind::Sandbox)
+        );
+        assert_eq!(
+            provider("[payment]\nprovider = \"alipay\""),
+            Some(ProviderKind::Alipay)
+        );
+        assert!(read("[payment]\nprovider = \"paypal\"").is_err());
+    }
+
+    #[test]
     fn secrets_compare_exactly_and_never_print() {
         let s = Secret::new("admin-token-123456".into());
         assert!(s.matches("admin-token-123456"));

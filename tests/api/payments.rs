@@ -38,10 +38,7 @@ async fn a_buyer_pays_on_the_sandbox_checkout_page_and_the_notification_pays_the
     );
     assert!(pay_url.contains("FAST_INSTANT_TRADE_PAY"), "{pay_url}");
     // Asking for the URL pays nothing.
-    let (_, body) = app
-        .get_json_as(token, &format!("/api/v1/orders/{order}"))
-        .await;
-    assert_eq!(body["status"], "awaiting_payment");
+    assert_eq!(app.order_status(token, order).await, "awaiting_payment");
 
     let page = app.open_checkout(token, order).await;
     assert!(
@@ -127,10 +124,7 @@ async fn without_a_provider_paying_is_refused_and_nothing_is_paid() {
         (StatusCode::SERVICE_UNAVAILABLE, "payments_not_configured")
     );
     assert_eq!(app.notify(&vec![]).await, "failure");
-    let (_, body) = app
-        .get_json_as(token, &format!("/api/v1/orders/{order}"))
-        .await;
-    assert_eq!(body["status"], "awaiting_payment");
+    assert_eq!(app.order_status(token, order).await, "awaiting_payment");
     assert_eq!(app.stored(product).await, (1, 1, 0));
 }
 
@@ -199,10 +193,7 @@ async fn forged_and_mismatched_notifications_are_refused_and_change_nothing() {
         assert_eq!(app.notify(&notification).await, "success", "{status}");
     }
     for (token, order) in &orders {
-        let (_, body) = app
-            .get_json_as(token, &format!("/api/v1/orders/{order}"))
-            .await;
-        assert_eq!(body["status"], "awaiting_payment", "{body}");
+        assert_eq!(app.order_status(token, order).await, "awaiting_payment");
         assert!(
             app.payment_records(order)
                 .await
@@ -227,10 +218,7 @@ async fn the_same_notification_eight_times_pays_once_and_is_recorded_once() {
     let answers = futures_util::future::join_all((0..8).map(|_| app.notify(&notification))).await;
     assert!(answers.iter().all(|a| a == "success"), "{answers:?}");
     assert_eq!(app.payment_records(order).await.len(), 1);
-    let (_, body) = app
-        .get_json_as(token, &format!("/api/v1/orders/{order}"))
-        .await;
-    assert_eq!(body["status"], "paid");
+    assert_eq!(app.order_status(token, order).await, "paid");
     assert_eq!(app.stored(product).await, (1, 1, 0));
 }
 
@@ -365,10 +353,7 @@ async fn payments_racing_cancels_and_the_sweep_settle_each_order_once() {
 async fn settled_status(app: &TestApp, token: &str, order: &str) -> String {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {
-        let (_, body) = app
-            .get_json_as(token, &format!("/api/v1/orders/{order}"))
-            .await;
-        let status = body["status"].as_str().unwrap_or_default().to_owned();
+        let status = app.order_status(token, order).await;
         let trade = param(&app.sandbox_notification(order), "trade_status").to_owned();
         // A paid trade for a cancelled order is a refund still on its way.
         let settling =
@@ -407,10 +392,11 @@ async fn with_the_gateway_down_the_sweep_leaves_an_order_whose_buyer_went_to_pay
         1,
         "only the other one"
     );
-    let (_, body) = app
-        .get_json_as(token, &format!("/api/v1/orders/{went_to_pay}"))
-        .await;
-    assert_eq!(body["status"], "awaiting_payment", "its stock stays held");
+    assert_eq!(
+        app.order_status(token, went_to_pay).await,
+        "awaiting_payment",
+        "its stock stays held"
+    );
     assert_eq!(app.stored(product).await, (1, 1, 1));
 
     // Alipay's notification, signed with (the test stand-in for) Alipay's key, still pays it.

@@ -92,7 +92,12 @@ impl Cluster {
 
     /// A server process; returns it and its base URL.
     pub(crate) async fn server(&self) -> (Child, String) {
-        let (child, line) = self.start("serve", &[]).await;
+        self.server_with(&[]).await
+    }
+
+    /// A server process with `extra` environment; returns it and its base URL.
+    async fn server_with(&self, extra: &[(&str, &str)]) -> (Child, String) {
+        let (child, line) = self.start("serve", extra).await;
         let base = line
             .split_whitespace()
             .find(|word| word.starts_with("http://"))
@@ -303,4 +308,74 @@ async fn reconcile_reports_gate_drift_and_repair_rebuilds_the_gate() {
     let (balanced, report) = reconcile(true).await;
     assert!(balanced && report.contains("gate rebuilt"), "{report}");
     assert_eq!(observer.product(product).await["remaining"], 3);
+}
+
+/// The payment settings are a contract of the environment: `SECKILL_PAYMENT__PROVIDER=sandbox`
+/// makes a server process take payments through its own sandbox gateway, whose URLs name the
+/// port the process actually took; without a provider, paying is refused.
+#[tokio::test]
+async fn a_server_process_pays_through_the_sandbox_its_environment_names() {
+    let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
+    let app = cluster.observer().await;
+    let sandbox = [
+        ("SECKILL_PAYMENT__PROVIDER", "sandbox"),
+        ("SECKILL_RUN_WORKER", "true"),
+    ];
+    let product = app.live_product(2, 1).await;
+    let (_paying, base) = cluster.server_with(&sandbox).await;
+    let (_free, free_base) = cluster.server_with(&[("SECKILL_RUN_WORKER", "true")]).await;
+    let tokens = app.users(2).await;
+    let mut orders = Vec::new();
+    for token in &tokens {
+        let answer = app
+            .client
+            .post(format!("{base}/api/v1/orders"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "product_id": product, "quantity": 1 }))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = crate::helpers::status_and_json(answer).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        orders.push(body["order_id"].as_str().unwrap().to_owned());
+    }
+    app.settle().await;
+    let (first_token, first) = (&tokens[0], &orders[0]);
+    let (second_token, second) = (&tokens[1], &orders[1]);
+
+    let pay = |server: &str, token: &str, order: &str| {
+        app.client
+            .post(format!("{server}/api/v1/orders/{order}/pay"))
+            .bearer_auth(token)
+            .send()
+    };
+    let answer = pay(&free_base, second_token, second).await.unwrap();
+    let (status, body) = crate::helpers::status_and_json(answer).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "payments_not_configured")
+    );
+
+    let answer = pay(&base, first_token, first).await.unwrap();
+    let (status, body) = crate::helpers::status_and_json(answer).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["provider"], "sandbox");
+    let pay_url = body["pay_url"].as_str().unwrap();
+    assert!(
+        pay_url.starts_with(&format!("{base}/sandbox/alipay/gateway.do?")),
+        "{pay_url}"
+    );
+    let page = app.client.get(pay_url).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let paid = app
+        .client
+        .post(format!("{base}/sandbox/alipay/checkout/{first}"))
+        .form(&[("action", "pay")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), StatusCode::OK, "the return page");
+    app.wait_for_status(first_token, first, "paid").await;
+    app.wait_for_status(second_token, second, "awaiting_payment")
+        .await;
 }

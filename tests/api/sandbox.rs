@@ -76,19 +76,25 @@ impl TestApp {
         self.wait_for_status(token, order, "paid").await;
     }
 
+    /// The status of an order, as its buyer sees it ("" when they see none).
+    pub async fn order_status(&self, token: &str, order: &str) -> String {
+        let (_, body) = self
+            .get_json_as(token, &format!("/api/v1/orders/{order}"))
+            .await;
+        body["status"].as_str().unwrap_or_default().to_owned()
+    }
+
     /// Waits (up to 15 s) until the buyer sees their order in `status`.
     pub async fn wait_for_status(&self, token: &str, order: &str, status: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         loop {
-            let (_, body) = self
-                .get_json_as(token, &format!("/api/v1/orders/{order}"))
-                .await;
-            if body["status"] == status {
+            let seen = self.order_status(token, order).await;
+            if seen == status {
                 return;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the order never became {status}: {body}"
+                "the order never became {status}: it is {seen:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
