@@ -43,7 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "auth", "clock", "config", "domain", "error", "sale", "store",
+            "auth", "clock", "config", "domain", "error", "payment", "sale", "store",
         ],
     ),
     ("app", &["*"]),
