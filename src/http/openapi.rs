@@ -86,14 +86,83 @@ impl Modify for SecuritySchemes {
     }
 }
 
-/// The API's OpenAPI document.
-pub fn document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+/// The API's OpenAPI document, as JSON.
+pub fn document() -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("an OpenAPI document serializes");
+    add_extractor_errors(&mut doc);
+    doc
+}
+
+/// The errors an operation can get before its handler runs, written once here for every
+/// operation they apply to instead of on each handler: the panic guard's `500 internal`, the
+/// sign-in extractors' `401 unauthorized`, `AppJson`'s rejections of a required JSON body and
+/// `AppPath`'s `404 not_found`. Each code joins the operation's answer for its status, or
+/// makes that answer.
+fn add_extractor_errors(doc: &mut Value) {
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for item in paths.values_mut() {
+        for method in METHODS {
+            let Some(op) = item.get_mut(method) else {
+                continue;
+            };
+            let mut errors = vec![(
+                "500",
+                "`internal`: something failed on the server's side; the request may be retried",
+            )];
+            let security = op["security"].to_string();
+            if security.contains("admin_bearer") {
+                errors.push(("401", "`unauthorized`: no valid admin token"));
+            } else if security.contains("session_bearer") {
+                errors.push(("401", "`unauthorized`: no valid session token"));
+            }
+            if op["requestBody"]["required"] == true {
+                errors.extend([
+                    (
+                        "400",
+                        "`malformed_json`: the body is not JSON; `bad_request`: the body could \
+                         not be read",
+                    ),
+                    ("413", "`body_too_large`: the body is over the size limit"),
+                    (
+                        "415",
+                        "`unsupported_media_type`: the body is not sent as `application/json`",
+                    ),
+                    (
+                        "422",
+                        "`invalid_body`: a field is missing, unknown or of the wrong type",
+                    ),
+                ]);
+            }
+            let params = op["parameters"].as_array().into_iter().flatten();
+            if params.into_iter().any(|p| p["in"] == "path") {
+                errors.push(("404", "`not_found`: the id is not a number"));
+            }
+            for (status, text) in errors {
+                add_error(op, status, text);
+            }
+        }
+    }
+}
+
+/// Puts the error `text` first in `op`'s answer for `status`, making the answer if it has none.
+fn add_error(op: &mut Value, status: &str, text: &str) {
+    let answer = &mut op["responses"][status];
+    match answer["description"].as_str() {
+        Some(theirs) => answer["description"] = Value::from(format!("{text}; {theirs}")),
+        None => {
+            *answer = serde_json::json!({
+                "description": text,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            });
+        }
+    }
 }
 
 /// `/api/openapi.json` and `/api/docs`.
 pub fn router() -> Router<AppState> {
-    let value = serde_json::to_value(document()).expect("an OpenAPI document serializes");
+    let value = document();
     let json = Bytes::from(value.to_string());
     let html = Bytes::from(
         reference_page(&value)
@@ -195,7 +264,7 @@ fn reference_page(doc: &Value) -> ReferencePage {
                     }
                 }
             };
-            let answers = op["responses"]
+            let mut answers: Vec<AnswerView> = op["responses"]
                 .as_object()
                 .into_iter()
                 .flatten()
@@ -205,6 +274,7 @@ fn reference_page(doc: &Value) -> ReferencePage {
                     description: text(&answer["description"]),
                 })
                 .collect();
+            answers.sort_by(|a, b| a.status.cmp(&b.status));
             operations.push(OperationView {
                 method: method.to_uppercase(),
                 path: path.clone(),
@@ -264,7 +334,7 @@ mod tests {
 
     #[test]
     fn the_document_is_openapi_3_1_with_the_security_schemes() {
-        let doc = serde_json::to_value(document()).unwrap();
+        let doc = document();
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
         let schemes = doc["components"]["securitySchemes"].as_object().unwrap();
         for name in ["session_bearer", "session_cookie", "admin_bearer"] {
@@ -276,7 +346,7 @@ mod tests {
 
     #[test]
     fn every_operation_names_its_error_codes_and_every_referenced_schema_exists() {
-        let doc = serde_json::to_value(document()).unwrap();
+        let doc = document();
         let schemas = doc["components"]["schemas"].as_object().unwrap();
         let page = reference_page(&doc);
         assert!(!page.operations.is_empty());
@@ -293,6 +363,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn what_runs_before_a_handler_adds_its_codes_to_the_operations_it_guards() {
+        let doc = document();
+        let answer = |path: &str, method: &str, status: &str| {
+            doc["paths"][path][method]["responses"][status]["description"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let buy = |status| answer("/api/v1/orders", "post", status);
+        assert!(buy("401").contains("`unauthorized`: no valid session token"));
+        for (status, code) in [
+            ("400", "malformed_json"),
+            ("413", "body_too_large"),
+            ("415", "unsupported_media_type"),
+            ("500", "internal"),
+        ] {
+            assert!(buy(status).contains(code), "{status}");
+        }
+        let invalid = buy("422");
+        assert!(invalid.contains("`invalid_body`") && invalid.contains("`invalid_quantity`"));
+        let stock = |status| answer("/api/v1/admin/products/{id}/stock", "post", status);
+        assert!(stock("401").contains("no valid admin token"));
+        assert!(stock("404").contains("`not_found`") && stock("404").contains("`unknown_product`"));
+        // Open to everybody and without a body: neither 401 nor the body's errors.
+        let events = &doc["paths"]["/api/v1/events"]["get"]["responses"];
+        for status in ["400", "401", "404", "413", "415", "422"] {
+            assert!(events.get(status).is_none(), "{status}");
+        }
+        // The pay body is optional and read without `AppJson`: no 415.
+        assert!(answer("/api/v1/orders/{id}/pay", "post", "415").is_empty());
     }
 
     #[test]

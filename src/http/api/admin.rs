@@ -85,12 +85,7 @@ struct NewEvent {
     security(("admin_bearer" = [])),
     responses(
         (status = 201, description = "The event", body = EventView),
-        (status = 400, description = "`malformed_json`: the body is not JSON; `bad_request`: the body could not be read", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
-        (status = 413, description = "`body_too_large`: the body is over the size limit", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: a field is missing, unknown or of the wrong type; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
+        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long", body = ErrorBody),
     )
 )]
 async fn create_event(
@@ -134,12 +129,7 @@ struct NewProduct {
     security(("admin_bearer" = [])),
     responses(
         (status = 201, description = "The product", body = ProductView),
-        (status = 400, description = "`malformed_json`: the body is not JSON; `bad_request`: the body could not be read", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
-        (status = 413, description = "`body_too_large`: the body is over the size limit", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: a field is missing, unknown or of the wrong type; `invalid_stock`: the stock is out of range; `unknown_event`: `event_id` names no sale event; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
+        (status = 422, description = "`invalid_stock`: the stock is out of range; `unknown_event`: `event_id` names no sale event; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
     )
 )]
 async fn create_product(
@@ -204,13 +194,8 @@ struct ProductUpdate {
     security(("admin_bearer" = [])),
     responses(
         (status = 200, description = "The product, changed", body = ProductView),
-        (status = 400, description = "`malformed_json`: the body is not JSON; `bad_request`: the body could not be read", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
-        (status = 404, description = "`unknown_product`: no such product; `not_found`: the id is not a number", body = ErrorBody),
-        (status = 413, description = "`body_too_large`: the body is over the size limit", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: a field is unknown or of the wrong type; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
     )
 )]
 async fn update_product(
@@ -270,13 +255,8 @@ struct StockIncrease {
     security(("admin_bearer" = [])),
     responses(
         (status = 200, description = "The product, with its new stock", body = ProductView),
-        (status = 400, description = "`malformed_json`: the body is not JSON; `bad_request`: the body could not be read", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
-        (status = 404, description = "`unknown_product`: no such product; `not_found`: the id is not a number", body = ErrorBody),
-        (status = 413, description = "`body_too_large`: the body is over the size limit", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: a field is missing, unknown or of the wrong type; `invalid_quantity`: the quantity is out of range", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+        (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
     )
 )]
 async fn add_stock(

@@ -25,7 +25,6 @@ pub fn router() -> Router<AppState> {
     summary = "List the sale events",
     responses(
         (status = 200, description = "Every sale event", body = Vec<EventView>),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
     )
 )]
 async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventView>>, ApiError> {
@@ -52,8 +51,7 @@ struct EventWithProducts {
     params(("id" = i64, Path, description = "The event's id")),
     responses(
         (status = 200, description = "The event and its products, with live stock", body = EventWithProducts),
-        (status = 404, description = "`unknown_event`: no such sale event; `not_found`: the id is not a number", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
+        (status = 404, description = "`unknown_event`: no such sale event", body = ErrorBody),
     )
 )]
 async fn show_event(
@@ -91,8 +89,7 @@ pub async fn product_views_of_event(state: &AppState, event_id: i64) -> Vec<Prod
     params(("id" = i64, Path, description = "The product's id")),
     responses(
         (status = 200, description = "The product", body = ProductView),
-        (status = 404, description = "`unknown_product`: no such product; `not_found`: the id is not a number", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
 async fn show_product(

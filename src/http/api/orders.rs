@@ -42,16 +42,11 @@ struct PlaceOrder {
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 202, description = "The order is taken and durable; pay it before `pay_before`", body = OrderView),
-        (status = 400, description = "`malformed_json`: the body is not JSON; `bad_request`: the body could not be read", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no valid session token", body = ErrorBody),
         (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended", body = ErrorBody),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
         (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for", body = ErrorBody),
-        (status = 413, description = "`body_too_large`: the body is over the size limit", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: a field is missing or of the wrong type; `invalid_quantity`: the quantity is out of range", body = ErrorBody),
+        (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests from this address or this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
         (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again", body = ErrorBody),
     )
 )]
@@ -80,8 +75,6 @@ async fn place_order(
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "Your orders", body = Vec<OrderView>),
-        (status = 401, description = "`unauthorized`: no valid session token", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
     )
 )]
 async fn my_orders(
@@ -101,10 +94,8 @@ async fn my_orders(
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "The order", body = OrderView),
-        (status = 401, description = "`unauthorized`: no valid session token", body = ErrorBody),
-        (status = 404, description = "`order_not_found`: no such order of yours; `not_found`: the id is not a number", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded; retry after the `Retry-After` seconds", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
     )
 )]
 async fn my_order(
@@ -150,11 +141,9 @@ struct PayView {
     responses(
         (status = 200, description = "Where to pay; the order is paid when the provider's notification arrives", body = PayView),
         (status = 400, description = "`malformed_json`: the body is not JSON", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no valid session token", body = ErrorBody),
-        (status = 404, description = "`order_not_found`: no such order of yours; `not_found`: the id is not a number", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid; `order_cancelled`: the order was cancelled; `payment_window_closed`: the payment window has closed", body = ErrorBody),
         (status = 422, description = "`invalid_body`: an unknown field or channel", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
         (status = 503, description = "`payments_not_configured`: this server takes no payments; `payments_unavailable`: the provider cannot be reached, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -186,10 +175,8 @@ async fn pay(
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "The order, cancelled (cancelling it again changes nothing)", body = OrderView),
-        (status = 401, description = "`unauthorized`: no valid session token", body = ErrorBody),
-        (status = 404, description = "`order_not_found`: no such order of yours; `not_found`: the id is not a number", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
     )
 )]
 async fn cancel(

@@ -46,13 +46,9 @@ struct UserView {
     request_body = Credentials,
     responses(
         (status = 201, description = "The account was created", body = UserView),
-        (status = 400, description = "`malformed_json`: the body is not JSON; `bad_request`: the body could not be read", body = ErrorBody),
-        (status = 413, description = "`body_too_large`: the body is over the size limit", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`", body = ErrorBody),
         (status = 409, description = "`username_taken`: that username is taken", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: a field is missing or of the wrong type; `invalid_username`: the username breaks the rules; `weak_password`: the password is too weak", body = ErrorBody),
+        (status = 422, description = "`invalid_username`: the username breaks the rules; `weak_password`: the password is too weak", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests; retry after the `Retry-After` seconds", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -98,13 +94,8 @@ struct SessionView {
     request_body = Credentials,
     responses(
         (status = 200, description = "Signed in; the token is also set as the `seckill_session` cookie", body = SessionView, headers(("set-cookie" = String, description = "`seckill_session`, HttpOnly"))),
-        (status = 400, description = "`malformed_json`: the body is not JSON; `bad_request`: the body could not be read", body = ErrorBody),
         (status = 401, description = "`invalid_credentials`: wrong username or password", body = ErrorBody),
-        (status = 413, description = "`body_too_large`: the body is over the size limit", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: a field is missing or of the wrong type", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests from this address or sign-ins to this account; retry after the `Retry-After` seconds", body = ErrorBody),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -156,7 +147,6 @@ async fn sign_in(
     summary = "Sign out: delete the session cookie",
     responses(
         (status = 204, description = "The cookie is deleted", headers(("set-cookie" = String, description = "`seckill_session`, expired"))),
-        (status = 500, description = "`internal`: something failed on the server's side; the request may be retried", body = ErrorBody),
     )
 )]
 async fn sign_out(State(state): State<AppState>) -> Result<(StatusCode, HeaderMap), ApiError> {
