@@ -6,6 +6,7 @@ pub mod api;
 pub mod assets;
 pub mod client_ip;
 pub mod extract;
+pub mod openapi;
 pub mod pages;
 pub mod pay;
 pub mod rate_limit;

@@ -26,6 +26,7 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::admin::router())
         .merge(pages::router())
         .merge(pay::router())
+        .merge(super::openapi::router())
         .route("/static/{*path}", get(assets::serve))
         .route("/healthz", get(healthz))
         .fallback(no_route)

@@ -10,6 +10,7 @@ mod connections;
 mod deadlines;
 mod helpers;
 mod migrate;
+mod openapi;
 mod pages;
 mod payments;
 mod pipeline;

@@ -1,7 +1,7 @@
 //! The operator's API under `/admin`, behind `Authorization: Bearer <admin token>`: create
 //! sale events and products, change products, add stock to a live sale.
 
-use super::{EventView, ProductView};
+use super::{ErrorBody, EventView, ProductView};
 use crate::domain::{Millis, Money, ProductId, Quantity, SaleWindow};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::routing::{patch, post};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 /// `/api/v1/admin/...`.
 pub fn router() -> Router<AppState> {
@@ -66,7 +67,8 @@ fn per_user_limit(value: i64) -> Result<u32, ApiError> {
         .map_err(|_| ApiError::invalid("invalid_limit", "per_user_limit must be 1 to 100"))
 }
 
-#[derive(Deserialize)]
+/// A sale event to create; without a title it is named after its start time.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct NewEvent {
     title: Option<String>,
@@ -74,6 +76,18 @@ struct NewEvent {
     ends_at: DateTime<Utc>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/events",
+    tag = "admin",
+    summary = "Create a sale event",
+    request_body = NewEvent,
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 201, description = "The event", body = EventView),
+        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long", body = ErrorBody),
+    )
+)]
 async fn create_event(
     _: AdminAuth,
     State(state): State<AppState>,
@@ -91,7 +105,8 @@ async fn create_event(
     ))
 }
 
-#[derive(Deserialize)]
+/// A product to put on sale; without its own window it sells during its event's.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct NewProduct {
     event_id: Option<i64>,
@@ -105,6 +120,18 @@ struct NewProduct {
     ends_at: Option<DateTime<Utc>>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/products",
+    tag = "admin",
+    summary = "Create a product",
+    request_body = NewProduct,
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 201, description = "The product", body = ProductView),
+        (status = 422, description = "`invalid_stock`: the stock is out of range; `unknown_event`: `event_id` names no sale event; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
+    )
+)]
 async fn create_product(
     _: AdminAuth,
     State(state): State<AppState>,
@@ -144,7 +171,8 @@ async fn create_product(
     Ok((StatusCode::CREATED, AppJson(view)))
 }
 
-#[derive(Deserialize)]
+/// Changes to a product; a field left out keeps its value.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ProductUpdate {
     name: Option<String>,
@@ -156,6 +184,20 @@ struct ProductUpdate {
     ends_at: Option<DateTime<Utc>>,
 }
 
+#[utoipa::path(
+    patch,
+    path = "/api/v1/admin/products/{id}",
+    tag = "admin",
+    summary = "Change a product",
+    params(("id" = i64, Path, description = "The product's id")),
+    request_body = ProductUpdate,
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The product, changed", body = ProductView),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
+    )
+)]
 async fn update_product(
     _: AdminAuth,
     State(state): State<AppState>,
@@ -196,12 +238,27 @@ fn datetime(ms: Millis) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-#[derive(Deserialize)]
+/// Units to add to a product's stock.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StockIncrease {
     quantity: i64,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/products/{id}/stock",
+    tag = "admin",
+    summary = "Add stock to a product, live sales too",
+    params(("id" = i64, Path, description = "The product's id")),
+    request_body = StockIncrease,
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The product, with its new stock", body = ProductView),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+        (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
+    )
+)]
 async fn add_stock(
     _: AdminAuth,
     State(state): State<AppState>,

@@ -1,6 +1,6 @@
 //! Browsing: sale events and products, with live stock. Read-only and open to everybody.
 
-use super::{EventView, ProductView};
+use super::{ErrorBody, EventView, ProductView};
 use crate::domain::ProductId;
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
@@ -8,6 +8,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// `/api/v1/events` and `/api/v1/products`.
 pub fn router() -> Router<AppState> {
@@ -17,6 +18,15 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/products/{id}", get(show_product))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    tag = "catalog",
+    summary = "List the sale events",
+    responses(
+        (status = 200, description = "Every sale event", body = Vec<EventView>),
+    )
+)]
 async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventView>>, ApiError> {
     let now = state.sale.now();
     let events = state.sale.events();
@@ -25,13 +35,25 @@ async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventV
     ))
 }
 
-#[derive(Serialize)]
+/// A sale event with its products, in sale order.
+#[derive(Serialize, ToSchema)]
 struct EventWithProducts {
     #[serde(flatten)]
     event: EventView,
     products: Vec<ProductView>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/events/{id}",
+    tag = "catalog",
+    summary = "Show a sale event and its products",
+    params(("id" = i64, Path, description = "The event's id")),
+    responses(
+        (status = 200, description = "The event and its products, with live stock", body = EventWithProducts),
+        (status = 404, description = "`unknown_event`: no such sale event", body = ErrorBody),
+    )
+)]
 async fn show_event(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -59,6 +81,17 @@ pub async fn product_views_of_event(state: &AppState, event_id: i64) -> Vec<Prod
     views
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/products/{id}",
+    tag = "catalog",
+    summary = "Show a product with live stock",
+    params(("id" = i64, Path, description = "The product's id")),
+    responses(
+        (status = 200, description = "The product", body = ProductView),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+    )
+)]
 async fn show_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,

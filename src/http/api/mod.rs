@@ -7,6 +7,7 @@ pub mod sessions;
 
 use crate::domain::{Millis, Order, Product, SaleEvent};
 use serde::{Serialize, Serializer};
+use utoipa::ToSchema;
 
 /// A time sent to clients as RFC 3339 with milliseconds, e.g. `2026-11-22T10:00:00.000Z`.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +48,7 @@ impl Serialize for Rfc3339 {
 }
 
 /// A product as clients see it, with live stock.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ProductView {
     pub id: i64,
     pub event_id: Option<i64>,
@@ -60,10 +61,16 @@ pub struct ProductView {
     pub sold: i64,
     pub sold_percent: i64,
     pub per_user_limit: u32,
+    /// `upcoming`, `live` or `ended`.
+    #[schema(value_type = String)]
     pub status: &'static str,
+    #[schema(value_type = String, format = DateTime)]
     pub starts_at: Rfc3339,
+    #[schema(value_type = String, format = DateTime)]
     pub ends_at: Rfc3339,
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Rfc3339,
+    #[schema(value_type = String, format = DateTime)]
     pub updated_at: Rfc3339,
 }
 
@@ -97,12 +104,16 @@ impl ProductView {
 }
 
 /// A sale event as clients see it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventView {
     pub id: i64,
     pub title: String,
+    /// `upcoming`, `live` or `ended`.
+    #[schema(value_type = String)]
     pub status: &'static str,
+    #[schema(value_type = String, format = DateTime)]
     pub starts_at: Rfc3339,
+    #[schema(value_type = String, format = DateTime)]
     pub ends_at: Rfc3339,
 }
 
@@ -120,18 +131,26 @@ impl EventView {
 }
 
 /// An order as its buyer sees it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct OrderView {
+    /// A 64-bit id as a decimal string.
+    #[schema(value_type = String)]
     pub order_id: crate::domain::OrderId,
+    /// `awaiting_payment`, `paid`, `cancelled` or `refunded`.
+    #[schema(value_type = String)]
     pub status: crate::domain::OrderStatus,
     pub product_id: i64,
     pub product_name: String,
     pub quantity: u32,
     pub unit_price_cents: i64,
     pub total_cents: i64,
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Rfc3339,
+    #[schema(value_type = String, format = DateTime)]
     pub pay_before: Rfc3339,
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub paid_at: Option<Rfc3339>,
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub cancelled_at: Option<Rfc3339>,
 }
 
@@ -153,6 +172,24 @@ impl From<Order> for OrderView {
             cancelled_at: o.cancelled_at.map(Rfc3339),
         }
     }
+}
+
+/// The shape of every error answer, for the API's description: `ApiError` writes the
+/// answers themselves.
+#[derive(ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// A stable machine-readable code and an English message for people.
+#[derive(ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, snake_case; each operation lists the codes it can answer.
+    pub code: String,
+    /// English, for people; may change.
+    pub message: String,
 }
 
 #[cfg(test)]

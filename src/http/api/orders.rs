@@ -2,7 +2,7 @@
 //! the token are checked in memory, the sale service does the rest, and the answer is `202`
 //! once the order is durable.
 
-use super::OrderView;
+use super::{ErrorBody, OrderView};
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// `/api/v1/orders`.
 pub fn router() -> Router<AppState> {
@@ -25,12 +26,30 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/orders/{id}/cancel", post(cancel))
 }
 
-#[derive(Deserialize)]
+/// What to buy and how many.
+#[derive(Deserialize, ToSchema)]
 struct PlaceOrder {
     product_id: i64,
     quantity: i64,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/orders",
+    tag = "orders",
+    summary = "Buy: place an order",
+    request_body = PlaceOrder,
+    security(("session_bearer" = []), ("session_cookie" = [])),
+    responses(
+        (status = 202, description = "The order is taken and durable; pay it before `pay_before`", body = OrderView),
+        (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended", body = ErrorBody),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+        (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for", body = ErrorBody),
+        (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests from this address or this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again", body = ErrorBody),
+    )
+)]
 async fn place_order(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
@@ -48,6 +67,16 @@ async fn place_order(
     Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(order))))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/orders",
+    tag = "orders",
+    summary = "List your orders, newest first",
+    security(("session_bearer" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "Your orders", body = Vec<OrderView>),
+    )
+)]
 async fn my_orders(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -56,6 +85,19 @@ async fn my_orders(
     Ok(AppJson(orders.into_iter().map(OrderView::from).collect()))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/orders/{id}",
+    tag = "orders",
+    summary = "Show one of your orders",
+    params(("id" = i64, Path, description = "The order's id")),
+    security(("session_bearer" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "The order", body = OrderView),
+        (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
+        (status = 409, description = "`order_pending`: the order is still being recorded; retry after the `Retry-After` seconds", body = ErrorBody),
+    )
+)]
 async fn my_order(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -66,23 +108,45 @@ async fn my_order(
 }
 
 /// The optional body of `POST /api/v1/orders/{id}/pay`.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PayBody {
+    /// `page` (the provider's desktop page, the default) or `wap` (its mobile-web flow).
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     channel: Channel,
 }
 
 /// Where to pay an order.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct PayView {
+    /// A 64-bit id as a decimal string.
+    #[schema(value_type = String)]
     order_id: OrderId,
+    #[schema(value_type = String)]
     provider: &'static str,
     pay_url: String,
 }
 
 /// `200 {"order_id", "provider", "pay_url"}`: the signed URL at which the buyer pays. The order
 /// is paid when the provider's notification arrives, not by this call.
+#[utoipa::path(
+    post,
+    path = "/api/v1/orders/{id}/pay",
+    tag = "orders",
+    summary = "Get the signed URL at which to pay an order",
+    params(("id" = i64, Path, description = "The order's id")),
+    request_body = Option<PayBody>,
+    security(("session_bearer" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "Where to pay; the order is paid when the provider's notification arrives", body = PayView),
+        (status = 400, description = "`malformed_json`: the body is not JSON", body = ErrorBody),
+        (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
+        (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid; `order_cancelled`: the order was cancelled; `payment_window_closed`: the payment window has closed", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: an unknown field or channel", body = ErrorBody),
+        (status = 503, description = "`payments_not_configured`: this server takes no payments; `payments_unavailable`: the provider cannot be reached, retry after the `Retry-After` seconds", body = ErrorBody),
+    )
+)]
 async fn pay(
     State(state): State<AppState>,
     user: CurrentUser,
@@ -102,6 +166,19 @@ async fn pay(
     }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/orders/{id}/cancel",
+    tag = "orders",
+    summary = "Cancel an unpaid order; the stock goes back on sale",
+    params(("id" = i64, Path, description = "The order's id")),
+    security(("session_bearer" = []), ("session_cookie" = [])),
+    responses(
+        (status = 200, description = "The order, cancelled (cancelling it again changes nothing)", body = OrderView),
+        (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
+        (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid", body = ErrorBody),
+    )
+)]
 async fn cancel(
     State(state): State<AppState>,
     user: CurrentUser,

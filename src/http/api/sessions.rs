@@ -4,6 +4,7 @@
 //! [`Hasher`](crate::auth::password::Hasher) and are refused with 503 `busy` when too many are
 //! under way; a refused request changes nothing.
 
+use super::ErrorBody;
 use crate::domain::{Password, Username};
 use crate::error::{ApiError, AppJson};
 use crate::http::AppState;
@@ -14,6 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// `/api/v1/users` and `/api/v1/sessions`.
 pub fn router() -> Router<AppState> {
@@ -22,18 +24,34 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/sessions", post(sign_in).delete(sign_out))
 }
 
-#[derive(Deserialize)]
+/// A username and password, to register or to sign in.
+#[derive(Deserialize, ToSchema)]
 struct Credentials {
     username: String,
     password: String,
 }
 
-#[derive(Serialize)]
+/// An account as its owner sees it.
+#[derive(Serialize, ToSchema)]
 struct UserView {
     id: i64,
     username: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/users",
+    tag = "sessions",
+    summary = "Register an account",
+    request_body = Credentials,
+    responses(
+        (status = 201, description = "The account was created", body = UserView),
+        (status = 409, description = "`username_taken`: that username is taken", body = ErrorBody),
+        (status = 422, description = "`invalid_username`: the username breaks the rules; `weak_password`: the password is too weak", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
+    )
+)]
 async fn register(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
@@ -59,13 +77,28 @@ async fn register(
     ))
 }
 
-#[derive(Serialize)]
+/// A session token, for `Authorization: Bearer`, and whose it is.
+#[derive(Serialize, ToSchema)]
 struct SessionView {
     token: String,
+    #[schema(value_type = String, format = DateTime)]
     expires_at: super::Rfc3339,
     user: UserView,
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/sessions",
+    tag = "sessions",
+    summary = "Sign in",
+    request_body = Credentials,
+    responses(
+        (status = 200, description = "Signed in; the token is also set as the `seckill_session` cookie", body = SessionView, headers(("set-cookie" = String, description = "`seckill_session`, HttpOnly"))),
+        (status = 401, description = "`invalid_credentials`: wrong username or password", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests from this address or sign-ins to this account; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
+    )
+)]
 async fn sign_in(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
@@ -107,6 +140,15 @@ async fn sign_in(
     ))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/v1/sessions",
+    tag = "sessions",
+    summary = "Sign out: delete the session cookie",
+    responses(
+        (status = 204, description = "The cookie is deleted", headers(("set-cookie" = String, description = "`seckill_session`, expired"))),
+    )
+)]
 async fn sign_out(State(state): State<AppState>) -> Result<(StatusCode, HeaderMap), ApiError> {
     Ok((StatusCode::NO_CONTENT, session_cookie(&state, "", 0)?))
 }
