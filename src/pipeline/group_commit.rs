@@ -107,6 +107,8 @@ async fn write_batch(store: &dyn Store, batch: Vec<Job>) {
         batch.into_iter().map(|job| (job.order, job.done)).unzip();
     match store.insert_orders(&orders).await {
         Ok(outcomes) => {
+            metrics::histogram!("seckill_order_batch_size", "writer" => "group_commit")
+                .record(orders.len() as f64);
             for (waiter, outcome) in waiters.into_iter().zip(outcomes) {
                 let _ = waiter.send(Ok(outcome));
             }
