@@ -92,6 +92,7 @@ async fn write_batches(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>, max_b
         if rx.recv_many(&mut batch, max_batch).await == 0 {
             break;
         }
+        metrics::gauge!("seckill_order_queue_depth").set(rx.len() as f64);
         let store = Arc::clone(&store);
         tokio::spawn(async move {
             write_batch(store.as_ref(), batch).await;

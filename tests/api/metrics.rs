@@ -99,6 +99,7 @@ async fn metrics_count_the_buys_by_outcome_and_the_requests_by_route_and_status(
         increase("seckill_order_batch_size_sum", &stored) >= 3.0,
         "{after}"
     );
+    assert!(after.contains("\nseckill_order_queue_depth "), "{after}");
     assert!(sample(&after, "seckill_http_connections_open", &[]) >= 1.0);
     // The raw path never becomes a label: the route's pattern does.
     let shown = [("route", "/api/v1/products/{id}"), ("status", "200")];
@@ -139,5 +140,37 @@ async fn metrics_need_the_admin_token() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_payments_by_result_and_deadline_cancels() {
+    let clock = TestApp::manual_clock();
+    let app = TestApp::spawn_paying(clock.clone()).await;
+    let product = app.live_product(2, 1).await;
+    let tokens = app.users(2).await;
+    let orders = app.buy_each(&tokens, product).await;
+    let before = scrape(&app).await;
+
+    let (token, order) = &orders[0];
+    app.pay_url(token, order).await;
+    app.open_checkout(token, order).await;
+    let (status, page) = app.checkout(order, "pay").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    app.wait_for_status(token, order, "paid").await;
+    // The other order is left unpaid until its deadline (the default payment window).
+    clock.advance(15 * 60 * 1000);
+    assert_eq!(app.state.sale.expire_overdue().await.unwrap(), 1);
+
+    let after = scrape(&app).await;
+    let increase = |name: &str, labels: &[(&str, &str)]| {
+        sample(&after, name, labels) - sample(&before, name, labels)
+    };
+    let paid = [("result", "paid")];
+    assert!(increase("seckill_payments_total", &paid) >= 1.0, "{after}");
+    assert!(
+        increase("seckill_deadline_cancels_total", &[]) >= 1.0,
+        "{after}"
+    );
     app.stop().await;
 }
