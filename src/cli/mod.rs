@@ -81,17 +81,23 @@ pub fn run() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let stderr = std::io::stderr();
     let ansi = std::io::IsTerminal::is_terminal(&stderr);
-    log_subscriber(format, ansi, std::io::stderr).init();
+    // The levels `RUST_LOG` says; by default info, and only warnings from the SQL driver and
+    // the HTTP tracing layer.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,sqlx=warn,tower_http=warn".into());
+    log_subscriber(format, ansi, filter, std::io::stderr).init();
 }
 
-/// The subscriber that writes log lines in `format` to `writer`, at the levels `RUST_LOG` says
-/// (by default: info, and only warnings from the SQL driver and the HTTP tracing layer).
-fn log_subscriber<W>(format: LogFormat, ansi: bool, writer: W) -> Box<dyn Subscriber + Send + Sync>
+/// The subscriber that writes the log lines `filter` lets through in `format` to `writer`.
+fn log_subscriber<W>(
+    format: LogFormat,
+    ansi: bool,
+    filter: EnvFilter,
+    writer: W,
+) -> Box<dyn Subscriber + Send + Sync>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,sqlx=warn,tower_http=warn".into());
     let lines = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
@@ -163,7 +169,8 @@ mod tests {
     fn json_logs_are_one_object_a_line_with_the_event_fields() {
         let lines = Lines::default();
         let writer = lines.clone();
-        let subscriber = log_subscriber(LogFormat::Json, false, move || writer.clone());
+        let filter = EnvFilter::new("info");
+        let subscriber = log_subscriber(LogFormat::Json, false, filter, move || writer.clone());
         tracing::subscriber::with_default(subscriber, || {
             tracing::warn!(order = 42, "order cancelled");
         });

@@ -34,7 +34,7 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The process's recorder, installed on first use. A process installs one recorder only;
 /// every server started in it (tests start many) renders the same one.
-pub fn handle() -> &'static PrometheusHandle {
+fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let builder = PrometheusBuilder::new()

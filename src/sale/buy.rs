@@ -34,6 +34,7 @@ impl SaleService {
         bought
     }
 
+    /// The buy itself, uncounted.
     async fn buy_once(
         &self,
         user: UserId,
