@@ -87,6 +87,20 @@ pub struct Config {
     pub payment: PaymentConfig,
     /// The shop's Alipay app (`SECKILL_ALIPAY__*`), for `payment.provider = "alipay"`.
     pub alipay: AlipayConfig,
+    /// How log lines are written (`SECKILL_LOG_FORMAT`): `text` for people, `json` for a log
+    /// collector.
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One readable line per event, colored on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line, its fields as keys.
+    Json,
 }
 
 /// Who takes the money.
@@ -203,6 +217,7 @@ impl Default for Config {
             public_url: None,
             payment: PaymentConfig::default(),
             alipay: AlipayConfig::default(),
+            log_format: LogFormat::default(),
         }
     }
 }
@@ -403,6 +418,22 @@ mod tests {
             Some(ProviderKind::Alipay)
         );
         assert!(read("[payment]\nprovider = \"paypal\"").is_err());
+    }
+
+    #[test]
+    fn the_log_format_is_read_by_name_and_an_unknown_one_is_refused() {
+        let read = |text: &str| {
+            config::Config::builder()
+                .add_source(config::File::from_str(text, config::FileFormat::Toml))
+                .build()
+                .and_then(|c| c.try_deserialize::<Config>())
+        };
+        assert_eq!(read("").unwrap().log_format, LogFormat::Text);
+        assert_eq!(
+            read("log_format = \"json\"").unwrap().log_format,
+            LogFormat::Json
+        );
+        assert!(read("log_format = \"xml\"").is_err());
     }
 
     #[test]

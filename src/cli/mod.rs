@@ -7,10 +7,14 @@ mod reconcile;
 mod serve;
 mod worker;
 
-use crate::config::Config;
+use crate::config::{Config, LogFormat};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tracing::Subscriber;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// seckill: a flash-sale system that sells exactly the stock.
 #[derive(Parser)]
@@ -44,7 +48,6 @@ enum Command {
 /// non-zero exit code.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
     crate::payment::install_crypto_provider();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -53,6 +56,8 @@ pub fn run() -> ExitCode {
         .and_then(|rt| {
             rt.block_on(async {
                 let config = Config::load(cli.config.as_deref())?;
+                // Nothing logs before this: a configuration error is printed on its own.
+                init_tracing(config.log_format);
                 match cli.command {
                     Command::Serve(args) => serve::run(config, args).await,
                     Command::Migrate => migrate::run(config).await,
@@ -72,16 +77,34 @@ pub fn run() -> ExitCode {
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,sqlx=warn,tower_http=warn".into());
-    // Logs go to stderr (colored only on a terminal); stdout carries what the user asked for.
+/// Logs to stderr (colored only on a terminal); stdout carries what the user asked for.
+fn init_tracing(format: LogFormat) {
     let stderr = std::io::stderr();
-    tracing_subscriber::fmt()
+    let ansi = std::io::IsTerminal::is_terminal(&stderr);
+    // The levels `RUST_LOG` says; by default info, and only warnings from the SQL driver and
+    // the HTTP tracing layer.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,sqlx=warn,tower_http=warn".into());
+    log_subscriber(format, ansi, filter, std::io::stderr).init();
+}
+
+/// The subscriber that writes the log lines `filter` lets through in `format` to `writer`.
+fn log_subscriber<W>(
+    format: LogFormat,
+    ansi: bool,
+    filter: EnvFilter,
+    writer: W,
+) -> Box<dyn Subscriber + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let lines = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&stderr))
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(lines.with_ansi(ansi).finish()),
+        LogFormat::Json => Box::new(lines.json().finish()),
+    }
 }
 
 /// A future that completes on SIGINT or SIGTERM: the signal to finish the work in hand and exit.
@@ -117,5 +140,48 @@ async fn delivery(signal: &mut Option<tokio::signal::unix::Signal>) {
             signal.recv().await;
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    /// Log lines written into memory.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let mut lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            lines.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn json_logs_are_one_object_a_line_with_the_event_fields() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let filter = EnvFilter::new("info");
+        let subscriber = log_subscriber(LogFormat::Json, false, filter, move || writer.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(order = 42, "order cancelled");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let objects: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(objects.len(), 1, "{text}");
+        assert_eq!(objects[0]["level"], "WARN");
+        assert_eq!(objects[0]["fields"]["message"], "order cancelled");
+        assert_eq!(objects[0]["fields"]["order"], 42);
     }
 }

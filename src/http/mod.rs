@@ -1,11 +1,12 @@
-//! The HTTP face of seckill: the JSON API under `/api/v1`, the pages, static assets and
-//! `/healthz`. This layer sees only the sale service and the store trait; it never knows which
-//! backend runs.
+//! The HTTP face of seckill: the JSON API under `/api/v1`, the pages, static assets, `/metrics`
+//! and `/healthz`. This layer sees only the sale service and the store trait; it never knows
+//! which backend runs.
 
 pub mod api;
 pub mod assets;
 pub mod client_ip;
 pub mod extract;
+pub mod metrics;
 pub mod openapi;
 pub mod pages;
 pub mod pay;

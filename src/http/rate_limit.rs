@@ -1,7 +1,7 @@
 //! In-process throttles (GCRA token buckets from `governor`): per user on buys, per client
 //! address on buys and sign-ins, per account on sign-ins. Over the limit is 429 with
-//! `Retry-After`. The address is the TCP peer, never a client-supplied header, and never stands
-//! in for a user.
+//! `Retry-After`, counted in `seckill_rate_limited_total` by limit. The address is the TCP peer,
+//! never a client-supplied header, and never stands in for a user.
 
 use crate::config::RateLimitConfig;
 use crate::domain::{UserId, Username};
@@ -53,16 +53,18 @@ impl RateLimits {
 
     /// One attempt by this user.
     pub fn check_user(&self, user: UserId) -> Result<(), ApiError> {
-        self.per_user
-            .check_key(&user)
-            .map_err(|wait| self.too_many(wait))
+        self.per_user.check_key(&user).map_err(|wait| {
+            metrics::counter!("seckill_rate_limited_total", "limit" => "user").increment(1);
+            self.too_many(wait)
+        })
     }
 
     /// One attempt from this address.
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), ApiError> {
-        self.per_ip
-            .check_key(&ip)
-            .map_err(|wait| self.too_many(wait))
+        self.per_ip.check_key(&ip).map_err(|wait| {
+            metrics::counter!("seckill_rate_limited_total", "limit" => "ip").increment(1);
+            self.too_many(wait)
+        })
     }
 
     /// One sign-in attempt at this account. Every attempt counts, not only the failed ones:
@@ -73,6 +75,7 @@ impl RateLimits {
         self.per_account
             .check_key(&username.as_str().to_owned())
             .map_err(|wait| {
+                metrics::counter!("seckill_rate_limited_total", "limit" => "account").increment(1);
                 ApiError::client(
                     StatusCode::TOO_MANY_REQUESTS,
                     "too_many_sign_ins",

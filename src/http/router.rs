@@ -1,6 +1,6 @@
 //! Every route in one place.
 
-use super::{AppState, api, assets, pages, pay};
+use super::{AppState, api, assets, metrics, openapi, pages, pay};
 use crate::error::{ApiError, AppJson};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -26,9 +26,12 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::admin::router())
         .merge(pages::router())
         .merge(pay::router())
-        .merge(super::openapi::router())
+        .merge(openapi::router())
+        .merge(metrics::router())
         .route("/static/{*path}", get(assets::serve))
         .route("/healthz", get(healthz))
+        // Inside the routes, where the matched route is known: measures the routes above.
+        .route_layer(axum::middleware::from_fn(metrics::track))
         .fallback(no_route)
         // Applies to the routes above only: add new routes before it.
         .method_not_allowed_fallback(wrong_method)

@@ -86,6 +86,8 @@ impl Sink for StoreSink {
 /// never be stored and is set aside, loudly.
 pub async fn store_batch(store: &dyn Store, orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
     let outcomes = store.insert_orders(orders).await?;
+    metrics::histogram!("seckill_order_batch_size", "writer" => "worker")
+        .record(orders.len() as f64);
     ensure!(
         outcomes.len() == orders.len(),
         "the store answered {} outcomes for {} orders",

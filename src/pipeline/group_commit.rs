@@ -92,6 +92,7 @@ async fn write_batches(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>, max_b
         if rx.recv_many(&mut batch, max_batch).await == 0 {
             break;
         }
+        metrics::gauge!("seckill_order_queue_depth").set(rx.len() as f64);
         let store = Arc::clone(&store);
         tokio::spawn(async move {
             write_batch(store.as_ref(), batch).await;
@@ -107,6 +108,8 @@ async fn write_batch(store: &dyn Store, batch: Vec<Job>) {
         batch.into_iter().map(|job| (job.order, job.done)).unzip();
     match store.insert_orders(&orders).await {
         Ok(outcomes) => {
+            metrics::histogram!("seckill_order_batch_size", "writer" => "group_commit")
+                .record(orders.len() as f64);
             for (waiter, outcome) in waiters.into_iter().zip(outcomes) {
                 let _ = waiter.send(Ok(outcome));
             }

@@ -29,6 +29,18 @@ impl SaleService {
         product_id: ProductId,
         quantity: Quantity,
     ) -> Result<Order, BuyError> {
+        let bought = self.buy_once(user, product_id, quantity).await;
+        count_outcome(&bought);
+        bought
+    }
+
+    /// The buy itself, uncounted.
+    async fn buy_once(
+        &self,
+        user: UserId,
+        product_id: ProductId,
+        quantity: Quantity,
+    ) -> Result<Order, BuyError> {
         let entry = self
             .catalog
             .get(product_id)
@@ -145,4 +157,31 @@ impl SaleService {
         }
         self.catalog.restock(order.product_id);
     }
+}
+
+/// Counts a buy under its outcome (`seckill_buys_total`). One literal key per outcome: the
+/// recorder finds it without building a label on the buy path.
+fn count_outcome(bought: &Result<Order, BuyError>) {
+    let counter = match bought {
+        Ok(_) => metrics::counter!("seckill_buys_total", "outcome" => "accepted"),
+        Err(BuyError::UnknownProduct) => {
+            metrics::counter!("seckill_buys_total", "outcome" => "unknown_product")
+        }
+        Err(BuyError::Rejected(Rejection::SoldOut { .. })) => {
+            metrics::counter!("seckill_buys_total", "outcome" => "sold_out")
+        }
+        Err(BuyError::Rejected(Rejection::LimitReached)) => {
+            metrics::counter!("seckill_buys_total", "outcome" => "limit_reached")
+        }
+        Err(BuyError::Rejected(Rejection::NotLoaded | Rejection::NotStarted)) => {
+            metrics::counter!("seckill_buys_total", "outcome" => "not_started")
+        }
+        Err(BuyError::Rejected(Rejection::Ended)) => {
+            metrics::counter!("seckill_buys_total", "outcome" => "ended")
+        }
+        Err(BuyError::Unavailable(_)) => {
+            metrics::counter!("seckill_buys_total", "outcome" => "unavailable")
+        }
+    };
+    counter.increment(1);
 }

@@ -185,11 +185,13 @@ impl SaleService {
             }
         }
         match self.cancel_now(overdue.id).await? {
-            Some(_) if overdue.pay_started => {
-                self.close_trade(overdue.id).await;
+            Some(_) => {
+                metrics::counter!("seckill_deadline_cancels_total").increment(1);
+                if overdue.pay_started {
+                    self.close_trade(overdue.id).await;
+                }
                 Ok(Expired::Cancelled)
             }
-            Some(_) => Ok(Expired::Cancelled),
             None => Ok(Expired::Settled),
         }
     }

@@ -85,10 +85,14 @@ impl SaleService {
     /// checked against its order (which must exist, for the same amount), recorded, and
     /// applied once however often it comes.
     pub async fn notified(&self, params: &[(String, String)]) -> Result<Settled, OrderError> {
-        let notification = self
-            .provider()?
-            .verify_notification(params)
-            .map_err(OrderError::Untrusted)?;
+        let notification = match self.provider()?.verify_notification(params) {
+            Ok(notification) => notification,
+            Err(e) => {
+                let refused = Err(OrderError::Untrusted(e));
+                count_payment(&refused);
+                return refused;
+            }
+        };
         self.settle(&notification.trade, &notification.notify_id)
             .await
     }
@@ -103,8 +107,14 @@ impl SaleService {
         self.store.order(id).await?.ok_or(OrderError::NotFound)
     }
 
-    /// Applies a provider's word about `trade`, recorded under `key`.
+    /// Applies a provider's word about `trade`, recorded under `key`, and counts what it did.
     async fn settle(&self, trade: &Trade, key: &str) -> Result<Settled, OrderError> {
+        let settled = self.apply_word(trade, key).await;
+        count_payment(&settled);
+        settled
+    }
+
+    async fn apply_word(&self, trade: &Trade, key: &str) -> Result<Settled, OrderError> {
         let Some(order) = self.store.order(trade.order).await? else {
             return match self.missing(trade.order) {
                 OrderError::Pending if trade.status.is_paid() => self.queue(trade, key).await,
@@ -262,4 +272,25 @@ impl SaleService {
     async fn stored(&self, id: OrderId) -> Result<Order, OrderError> {
         self.store.order(id).await?.ok_or(OrderError::NotFound)
     }
+}
+
+/// Counts a provider's word under what it did (`seckill_payments_total`): `refused` is a word
+/// that is not the provider's or disagrees with its order, `failed` one not applied on our
+/// side (the provider sends it again).
+fn count_payment(settled: &Result<Settled, OrderError>) {
+    let counter = match settled {
+        Ok(Settled::Paid(_)) => metrics::counter!("seckill_payments_total", "result" => "paid"),
+        Ok(Settled::Refunded(_)) => {
+            metrics::counter!("seckill_payments_total", "result" => "refunded")
+        }
+        Ok(Settled::NotPaid) => {
+            metrics::counter!("seckill_payments_total", "result" => "not_paid")
+        }
+        Ok(Settled::Queued) => metrics::counter!("seckill_payments_total", "result" => "queued"),
+        Err(OrderError::Untrusted(_) | OrderError::Mismatch(_)) => {
+            metrics::counter!("seckill_payments_total", "result" => "refused")
+        }
+        Err(_) => metrics::counter!("seckill_payments_total", "result" => "failed"),
+    };
+    counter.increment(1);
 }

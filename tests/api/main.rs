@@ -9,6 +9,7 @@ mod buying;
 mod connections;
 mod deadlines;
 mod helpers;
+mod metrics;
 mod migrate;
 mod openapi;
 mod pages;

@@ -12,6 +12,7 @@ use crate::gate::{GateError, Rejection};
 use crate::redis_link::RedisLink;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most buys in one script call, which bounds how long it holds Redis (which runs one script
@@ -119,7 +120,11 @@ async fn send_batches(
 /// `call` names the call's replay key: drawn at random for every call, so only a copy of this
 /// very call (the client sending it again) finds the answers it left there.
 async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec<Pending>) {
+    metrics::histogram!("seckill_gate_batch_size").record(batch.len() as f64);
+    let started = Instant::now();
     let answers = run_reserve(redis, keys, call, &batch).await;
+    metrics::histogram!("seckill_gate_call_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
     let expected = 2 * batch.len();
     for (i, pending) in batch.into_iter().enumerate() {
         let answer = match &answers {

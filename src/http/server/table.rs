@@ -67,6 +67,7 @@ impl Connections {
         table.slots.insert(id, activity.clone());
         drop(table);
         self.open.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!("seckill_http_connections_open").increment(1.0);
         Some(Open {
             connections: self.clone(),
             id,
@@ -130,6 +131,7 @@ impl Open {
 impl Drop for Open {
     fn drop(&mut self) {
         self.connections.open.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!("seckill_http_connections_open").decrement(1.0);
         self.connections.table().slots.remove(&self.id);
     }
 }

@@ -1,0 +1,111 @@
+//! `GET /metrics`: what the process measured, in Prometheus text format, for the admin token
+//! only (the numbers tell an outsider how a sale goes). The figures themselves are recorded
+//! where things happen, with the `metrics` macros; this file installs the one recorder of the
+//! process, renders it, and measures every routed request.
+
+use super::AppState;
+use crate::http::extract::AdminAuth;
+use axum::Router;
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics::{Label, SharedString};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Upper bounds of the latency histograms' buckets, in seconds: from a buy answered from
+/// memory to a request that waited on a slow database.
+const SECONDS: &[f64] = &[
+    0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Upper bounds of the buckets of the histograms whose names end in `_size` (how many buys or
+/// orders went in one batch), up to the largest batch the configuration allows.
+const SIZES: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+];
+
+/// How often histogram samples are folded into their buckets between scrapes, so that memory
+/// stays bounded when nobody scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The process's recorder, installed on first use. A process installs one recorder only;
+/// every server started in it (tests start many) renders the same one.
+fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets(SECONDS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_size".into()), SIZES))
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "metrics buckets refused: histograms are summaries");
+                PrometheusBuilder::new()
+            });
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        if let Err(e) = metrics::set_global_recorder(recorder) {
+            tracing::warn!(error = %e, "another metrics recorder runs: /metrics is empty");
+        }
+        let upkeep = handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name("seckill-metrics".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_EVERY);
+                    upkeep.run_upkeep();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no metrics upkeep: histograms drain at scrapes");
+        }
+        handle
+    })
+}
+
+/// `/metrics`. Building it installs the recorder, so the process records from then on.
+pub fn router() -> Router<AppState> {
+    handle();
+    Router::new().route("/metrics", get(render))
+}
+
+/// The Prometheus text exposition of everything recorded so far.
+async fn render(_: AdminAuth) -> Response {
+    let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+    ([(header::CONTENT_TYPE, content_type)], handle().render()).into_response()
+}
+
+/// Middleware for the routed requests: counts each by method, route pattern (never the raw
+/// path, so the label values are as few as the routes) and status, and times it.
+pub async fn track(route: MatchedPath, request: Request, next: Next) -> Response {
+    let method = method_label(request.method());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    // Shared strings: the two metrics' keys take the same values without copying them.
+    let shared = |value: &str| SharedString::from_shared(Arc::<str>::from(value));
+    let labels = [
+        Label::from_static_parts("method", method),
+        Label::new("route", shared(route.as_str())),
+        Label::new("status", shared(response.status().as_str())),
+    ];
+    metrics::counter!("seckill_http_requests_total", labels.iter()).increment(1);
+    metrics::histogram!("seckill_http_request_duration_seconds", labels.iter())
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The method as a label value: the methods the routes take, and `other` for any other, so a
+/// client cannot make up label values.
+fn method_label(method: &Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        _ => "other",
+    }
+}

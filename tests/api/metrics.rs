@@ -1,0 +1,176 @@
+//! `/metrics`: the Prometheus text, for the admin token only. Counters are shared by every test
+//! of the process, which run side by side, so a test checks the increases it caused at least.
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, code, status_and_json};
+use reqwest::StatusCode;
+
+/// The value of the sample `name` whose labels include every one of `labels` (0 when there
+/// is none yet).
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let matching: Vec<f64> = text
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|line| {
+            labels
+                .iter()
+                .all(|(key, value)| line.contains(&format!("{key}=\"{value}\"")))
+        })
+        .map(|line| line.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        matching.len() <= 1,
+        "{name} {labels:?} matches {matching:?}"
+    );
+    matching.first().copied().unwrap_or(0.0)
+}
+
+async fn scrape(app: &TestApp) -> String {
+    let response = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()[reqwest::header::CONTENT_TYPE].clone();
+    assert!(content_type.to_str().unwrap().starts_with("text/plain"));
+    response.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn metrics_count_the_buys_by_outcome_and_the_requests_by_route_and_status() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(3, 1).await;
+    let tokens = app.users(4).await;
+    let before = scrape(&app).await;
+
+    assert_eq!(
+        app.buy(&tokens[0], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (status, body) = app.buy(&tokens[0], product, 1).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "limit_reached")
+    );
+    assert_eq!(
+        app.buy(&tokens[1], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        app.buy(&tokens[2], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (status, body) = app.buy(&tokens[3], product, 1).await;
+    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "sold_out"));
+    app.product(product).await;
+
+    let after = scrape(&app).await;
+    let increase = |name: &str, labels: &[(&str, &str)]| {
+        sample(&after, name, labels) - sample(&before, name, labels)
+    };
+    let buys = |status| {
+        [
+            ("method", "POST"),
+            ("route", "/api/v1/orders"),
+            ("status", status),
+        ]
+    };
+    assert!(
+        increase("seckill_http_requests_total", &buys("202")) >= 3.0,
+        "{after}"
+    );
+    assert!(
+        increase("seckill_http_requests_total", &buys("409")) >= 2.0,
+        "{after}"
+    );
+    assert!(increase("seckill_http_request_duration_seconds_count", &buys("202")) >= 3.0);
+    let outcome = |outcome| increase("seckill_buys_total", &[("outcome", outcome)]);
+    assert!(outcome("accepted") >= 3.0, "{after}");
+    assert!(outcome("limit_reached") >= 1.0, "{after}");
+    assert!(outcome("sold_out") >= 1.0, "{after}");
+    // Embedded mode stores each accepted order by group commit.
+    let stored = [("writer", "group_commit")];
+    assert!(
+        increase("seckill_order_batch_size_sum", &stored) >= 3.0,
+        "{after}"
+    );
+    assert!(after.contains("\nseckill_order_queue_depth "), "{after}");
+    assert!(sample(&after, "seckill_http_connections_open", &[]) >= 1.0);
+    // The raw path never becomes a label: the route's pattern does.
+    let shown = [("route", "/api/v1/products/{id}"), ("status", "200")];
+    assert!(
+        increase("seckill_http_requests_total", &shown) >= 1.0,
+        "{after}"
+    );
+    assert!(
+        !after.contains(&format!("/products/{product}\"")),
+        "{after}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_need_the_admin_token() {
+    let app = TestApp::spawn().await;
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let (status, body) = status_and_json(response).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+    let response = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth("not-the-admin-token-0123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let users = app.users(1).await;
+    let response = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth(&users[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_payments_by_result_and_deadline_cancels() {
+    let clock = TestApp::manual_clock();
+    let app = TestApp::spawn_paying(clock.clone()).await;
+    let product = app.live_product(2, 1).await;
+    let tokens = app.users(2).await;
+    let orders = app.buy_each(&tokens, product).await;
+    let before = scrape(&app).await;
+
+    let (token, order) = &orders[0];
+    app.pay_url(token, order).await;
+    app.open_checkout(token, order).await;
+    let (status, page) = app.checkout(order, "pay").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    app.wait_for_status(token, order, "paid").await;
+    // The other order is left unpaid until its deadline (the default payment window).
+    clock.advance(15 * 60 * 1000);
+    assert_eq!(app.state.sale.expire_overdue().await.unwrap(), 1);
+
+    let after = scrape(&app).await;
+    let increase = |name: &str, labels: &[(&str, &str)]| {
+        sample(&after, name, labels) - sample(&before, name, labels)
+    };
+    let paid = [("result", "paid")];
+    assert!(increase("seckill_payments_total", &paid) >= 1.0, "{after}");
+    assert!(
+        increase("seckill_deadline_cancels_total", &[]) >= 1.0,
+        "{after}"
+    );
+    app.stop().await;
+}
