@@ -1,5 +1,6 @@
 // seckill 秒杀 — page script. Plain ES2017, no frameworks, no inline handlers (works under a
-// strict `script-src 'self'` CSP). Page data comes from data-* attributes on <body> and cards.
+// strict `script-src 'self'` CSP). Page data comes from data-* attributes on <body> and cards;
+// every string shown comes from the page's language, as JSON in <body data-i18n>.
 'use strict';
 
 (function () {
@@ -8,12 +9,31 @@
   const pad = (n) => String(n).padStart(2, '0');
   const body = document.body;
 
+  // ---------- strings ----------
+  let T = {};
+  try { T = JSON.parse(body.dataset.i18n || '{}') || {}; } catch (e) { /* labels stay as rendered */ }
+  // The string `key` with its {n} / {t} placeholders filled in.
+  function tr(key, vars) {
+    let text = typeof T[key] === 'string' ? T[key] : key;
+    Object.keys(vars || {}).forEach((k) => { text = text.split('{' + k + '}').join(String(vars[k])); });
+    return text;
+  }
+
   // ---------- server clock ----------
-  // Countdowns run on the server's clock: offset = server now - local now, taken at load.
+  // Countdowns run on the server's clock: offset = server now - local now, measured against
+  // GET /time (the pages carry no time, so they keep their ETags), halving the round trip.
   let offset = 0;
-  const serverMsAtLoad = Number(body.dataset.nowMs);
-  if (Number.isFinite(serverMsAtLoad) && serverMsAtLoad > 0) offset = serverMsAtLoad - Date.now();
   const serverNow = () => Date.now() + offset;
+  async function syncClock() {
+    try {
+      const sent = Date.now();
+      const res = await fetch('/time', { cache: 'no-store', credentials: 'same-origin' });
+      const received = Date.now();
+      const data = await res.json();
+      const ms = Number(data && data.now_ms);
+      if (res.ok && Number.isFinite(ms) && ms > 0) offset = ms - (sent + received) / 2;
+    } catch (e) { /* keep the last offset */ }
+  }
 
   // "HH:MM:SS" for a positive duration, rounding up so 00:00:00 shows exactly at the deadline.
   function hms(ms) {
@@ -103,7 +123,6 @@
   // ======================================================================
   // Sale page
   // ======================================================================
-  const STATUS_TEXT = { upcoming: '即将开始', live: '抢购中', ended: '已结束' };
 
   function initSale() {
     const eventId = body.dataset.eventId || '';
@@ -129,6 +148,7 @@
         sold: $('[data-sold]', el),
         remainingEl: $('[data-remaining]', el),
         badge: $('[data-badge]', el),
+        stockBadge: $('[data-stock-badge]', el),
       };
       cards.set(c.id, c);
       if (c.btn) c.btn.addEventListener('click', () => buy(c));
@@ -172,14 +192,14 @@
       const soldOut = !(c.remaining > 0);
       let label;
       let disabled = true;
-      if (c.pending) label = '抢购中…';
-      else if (c.bought) label = '已抢到';
-      else if (c.limited) label = '已购买';
-      else if (soldOut) label = '已抢光';
-      else if (st === 'upcoming') label = '未开始';
-      else if (st === 'ended') label = '已结束';
-      else if (c.cooldownUntil > Date.now()) label = Math.ceil((c.cooldownUntil - Date.now()) / 1000) + ' 秒后重试';
-      else { label = '立即抢购'; disabled = false; }
+      if (c.pending) label = tr('buying');
+      else if (c.bought) label = tr('bought');
+      else if (c.limited) label = tr('held');
+      else if (soldOut) label = tr('sold_out');
+      else if (st === 'upcoming') label = tr('not_started');
+      else if (st === 'ended') label = tr('ended');
+      else if (c.cooldownUntil > Date.now()) label = tr('retry_in', { n: Math.ceil((c.cooldownUntil - Date.now()) / 1000) });
+      else { label = tr('buy'); disabled = false; }
 
       if (c.btn) {
         setText(c.btn, label);
@@ -188,10 +208,10 @@
       }
       setStatusClass(c.el, st);
       c.el.classList.toggle('is-soldout', soldOut);
-      setText(c.badge, STATUS_TEXT[st]);
-      if (st === 'upcoming') setText(c.countdown, '距开始 ' + hms(c.startsAt - now));
-      else if (st === 'live') setText(c.countdown, '距结束 ' + hms(c.endsAt - now));
-      else setText(c.countdown, '已结束');
+      setText(c.badge, tr(st));
+      if (st === 'upcoming') setText(c.countdown, tr('to_start') + hms(c.startsAt - now));
+      else if (st === 'live') setText(c.countdown, tr('to_end') + hms(c.endsAt - now));
+      else setText(c.countdown, tr('ended'));
     }
 
     function renderStock(c, percent) {
@@ -201,10 +221,17 @@
       pct = Math.max(0, Math.min(100, Math.round(pct)));
       if (c.bar) {
         c.bar.value = pct;
-        c.bar.setAttribute('aria-label', '已抢 ' + pct + '%');
+        c.bar.setAttribute('aria-label', tr('sold', { n: pct }));
       }
-      setText(c.sold, String(pct));
+      setText(c.sold, tr('sold', { n: pct }));
       setText(c.remainingEl, String(Math.max(0, c.remaining)));
+      // The rule of the server's `almost_gone`: stock left, at most a tenth of it.
+      const left = Math.max(0, c.remaining);
+      const almostGone = left > 0 && left * 10 <= total;
+      if (c.stockBadge) {
+        setText(c.stockBadge, left <= 0 ? tr('sold_out') : (almostGone ? tr('almost_gone') : ''));
+        c.stockBadge.hidden = left > 0 && !almostGone;
+      }
       c.el.dataset.remaining = String(Math.max(0, c.remaining));
     }
 
@@ -213,14 +240,14 @@
       tabs.forEach((t) => {
         const st = timeStatus(t.startsAt, t.endsAt, t.serverEnded, now);
         setStatusClass(t.el, st);
-        setText(t.label, STATUS_TEXT[st]);
+        setText(t.label, tr(st));
       });
       if (clock) {
         const st = timeStatus(clock.startsAt, clock.endsAt, false, now);
         clock.el.classList.toggle('is-ended', st === 'ended');
-        if (st === 'upcoming') { setText(clock.label, '本场距开始'); setText(clock.time, hms(clock.startsAt - now)); }
-        else if (st === 'live') { setText(clock.label, '本场距结束'); setText(clock.time, hms(clock.endsAt - now)); }
-        else { setText(clock.label, '本场已结束'); setText(clock.time, ''); }
+        if (st === 'upcoming') { setText(clock.label, tr('clock_to_start')); setText(clock.time, hms(clock.startsAt - now)); }
+        else if (st === 'live') { setText(clock.label, tr('clock_to_end')); setText(clock.time, hms(clock.endsAt - now)); }
+        else { setText(clock.label, tr('clock_ended')); setText(clock.time, ''); }
       }
     }
 
@@ -243,7 +270,7 @@
         r = await api('POST', '/api/v1/orders', '{"product_id":' + c.id + ',"quantity":1}');
       } catch (e) {
         c.pending = false;
-        showMsg(c, 'error', ['网络异常，请重试 · Network error, please retry']);
+        showMsg(c, 'error', [tr('network_error')]);
         renderCard(c, serverNow());
         return;
       }
@@ -253,15 +280,15 @@
         c.bought = true;
         const d = r.data || {};
         const orderId = d.order_id != null ? String(d.order_id) : '';
-        const parts = ['抢购成功！'];
-        if (orderId) parts.push('订单 ', node('code', {}, orderId), ' ');
+        const parts = [tr('buy_ok')];
+        if (orderId) parts.push(tr('order_no'), node('code', {}, orderId), ' ');
         const payBefore = typeof d.pay_before === 'string' ? Date.parse(d.pay_before) : NaN;
         if (Number.isFinite(payBefore)) {
-          parts.push('请于 ' + pad(new Date(payBefore).getHours()) + ':' + pad(new Date(payBefore).getMinutes()) + ' 前完成支付。');
+          parts.push(tr('pay_before', { t: pad(new Date(payBefore).getHours()) + ':' + pad(new Date(payBefore).getMinutes()) }));
         } else {
-          parts.push('请尽快完成支付。');
+          parts.push(tr('pay_soon'));
         }
-        parts.push(node('a', { href: '/orders' }, '去支付 →'));
+        parts.push(node('a', { href: '/orders' }, tr('go_pay')));
         showMsg(c, 'ok', parts);
         if (c.remaining > 0) { c.remaining -= 1; renderStock(c); }
       } else if (r.status === 401) {
@@ -274,29 +301,29 @@
           case 'sold_out':
             c.remaining = 0;
             renderStock(c, 100);
-            showMsg(c, 'error', ['手慢了，已抢光 · Sold out']);
+            showMsg(c, 'error', [tr('sold_out_msg')]);
             break;
           case 'limit_reached':
             c.limited = true;
-            showMsg(c, 'info', ['您已购买过该商品 · You already bought this item ', node('a', { href: '/orders' }, '查看订单 →')]);
+            showMsg(c, 'info', [tr('limit_msg'), node('a', { href: '/orders' }, tr('view_orders'))]);
             break;
           case 'not_started':
             c.cooldownUntil = Date.now() + 1000;
-            showMsg(c, 'info', ['活动尚未开始，请稍候 · Not started yet']);
+            showMsg(c, 'info', [tr('not_started_msg')]);
             break;
           case 'ended':
             c.serverEnded = true;
-            showMsg(c, 'info', ['活动已结束 · This sale has ended']);
+            showMsg(c, 'info', [tr('ended_msg')]);
             break;
           case 'rate_limited': {
             const wait = retryAfterMs(r.res);
             c.cooldownUntil = Date.now() + wait;
-            showMsg(c, 'info', ['人太多啦，请 ' + Math.ceil(wait / 1000) + ' 秒后再试 · Too many requests']);
+            showMsg(c, 'info', [tr('rate_limited_msg', { n: Math.ceil(wait / 1000) })]);
             setTimeout(() => renderCard(c, serverNow()), wait + 20);
             break;
           }
           default:
-            showMsg(c, 'error', [err.message || ('抢购失败，请重试 (HTTP ' + r.status + ')')]);
+            showMsg(c, 'error', [tr('buy_failed') + ' (' + (err.code || 'HTTP ' + r.status) + ')']);
         }
       }
       renderCard(c, serverNow());
@@ -358,18 +385,15 @@
     }
 
     everySecond(renderAll);
+    // Sync at load, then now and then, so a drifting device still opens the sale on time.
+    syncClock().then(() => renderAll(serverNow()));
+    setInterval(syncClock, 60000);
   }
 
   // ======================================================================
   // Login page
   // ======================================================================
-  const AUTH_TEXT = {
-    invalid_credentials: '用户名或密码错误',
-    username_taken: '该用户名已被注册',
-    invalid_username: '用户名不合法',
-    weak_password: '密码强度不足',
-    rate_limited: '操作太频繁，请稍后再试',
-  };
+  const AUTH_CODES = ['invalid_credentials', 'username_taken', 'invalid_username', 'weak_password', 'rate_limited'];
 
   function initLogin() {
     let next = body.dataset.next || '/';
@@ -377,9 +401,8 @@
 
     function authError(r, fallback) {
       const err = errorOf(r);
-      const zh = AUTH_TEXT[err.code];
-      if (zh && err.message) return zh + ' · ' + err.message;
-      return zh || err.message || (fallback + ' (HTTP ' + r.status + ')');
+      if (AUTH_CODES.indexOf(err.code) >= 0) return tr(err.code);
+      return tr(fallback) + ' (' + (err.code || 'HTTP ' + r.status) + ')';
     }
 
     $$('form[data-auth]').forEach((form) => {
@@ -395,11 +418,11 @@
         const password = form.elements.password.value;
         msg.textContent = '';
         if (!username || !password) {
-          msg.textContent = '请输入用户名和密码 · Username and password are required';
+          msg.textContent = tr('credentials_required');
           return;
         }
         const payload = JSON.stringify({ username: username, password: password });
-        if (submit) { submit.disabled = true; submit.textContent = mode === 'register' ? '注册中…' : '登录中…'; }
+        if (submit) { submit.disabled = true; submit.textContent = tr(mode === 'register' ? 'registering' : 'signing_in'); }
         const done = (text) => {
           msg.textContent = text;
           if (submit) { submit.disabled = false; submit.innerHTML = submitText; }
@@ -407,13 +430,13 @@
         try {
           if (mode === 'register') {
             const reg = await api('POST', '/api/v1/users', payload);
-            if (!reg.ok) { done(authError(reg, '注册失败')); return; }
+            if (!reg.ok) { done(authError(reg, 'register_failed')); return; }
           }
           const r = await api('POST', '/api/v1/sessions', payload);
-          if (!r.ok) { done(authError(r, '登录失败')); return; }
+          if (!r.ok) { done(authError(r, 'login_failed')); return; }
           window.location.assign(next);
         } catch (e) {
-          done('网络异常，请重试 · Network error, please retry');
+          done(tr('network_error'));
         }
       });
     });
@@ -463,7 +486,7 @@
         if (!row.expired) {
           row.expired = true;
           row.el.classList.add('is-expired');
-          if (row.timer) row.timer.textContent = '已超时 · Expired';
+          if (row.timer) row.timer.textContent = tr('expired');
         }
         if (row.pay) row.pay.disabled = true;
       } else if (row.left) {
@@ -488,9 +511,9 @@
         if (r.ok) { window.location.reload(); return; }
         if (r.status === 401) { window.location.href = loginUrl('/orders'); return; }
         const err = errorOf(r);
-        if (row.msg) row.msg.textContent = err.message || ((action === 'pay' ? '支付失败' : '取消失败') + ' (HTTP ' + r.status + ')');
+        if (row.msg) row.msg.textContent = tr(action === 'pay' ? 'pay_failed' : 'cancel_failed') + ' (' + (err.code || 'HTTP ' + r.status) + ')';
       } catch (e) {
-        if (row.msg) row.msg.textContent = '网络异常，请重试 · Network error';
+        if (row.msg) row.msg.textContent = tr('network_error');
       }
       row.busy = false;
       if (row.cancel) row.cancel.disabled = false;
@@ -503,7 +526,10 @@
       if (row.cancel) row.cancel.addEventListener('click', () => act(row, 'cancel'));
     });
 
-    if (rows.length) everySecond((now) => rows.forEach((row) => renderRow(row, now)));
+    if (rows.length) {
+      everySecond((now) => rows.forEach((row) => renderRow(row, now)));
+      syncClock();
+    }
   }
 
   const page = body.dataset.page;

@@ -162,8 +162,8 @@ impl SaleService {
         self.catalog.events()
     }
 
-    /// One sale event, from memory once this process knows it (the database otherwise):
-    /// every open sale page asks for its event every two seconds.
+    /// One sale event, from memory once this process knows it (the database otherwise): an
+    /// operator may name an event another process created a moment ago.
     pub async fn event(&self, id: i64) -> Result<Option<SaleEvent>, StoreError> {
         match self.catalog.event(id) {
             Some(event) => Ok(Some(event)),
@@ -171,20 +171,28 @@ impl SaleService {
         }
     }
 
+    /// One sale event as shoppers see it, from memory only: every open sale page asks for its
+    /// event every two seconds, and a flood of unknown ids must not reach the database. An
+    /// event another process created is unknown here until the next catalog refresh, at most
+    /// a second later. That is acceptable: a shopper who heard of it from that process within
+    /// that second gets a 404 the page's next poll (two seconds on) no longer gets, and
+    /// nothing is sold through a read.
+    pub fn shown_event(&self, id: i64) -> Option<SaleEvent> {
+        self.catalog.event(id)
+    }
+
     /// One product.
     pub async fn product(&self, id: ProductId) -> Result<Option<Product>, StoreError> {
         self.store.product(id).await
     }
 
-    /// One product as shoppers see it: from memory, at most a catalog refresh old, when this
-    /// process knows it (the database only for ids it does not know yet). Its stock, taken
-    /// live from the gate once the product is in it, is what changes under a crowd; the rest
-    /// changes when an operator changes it, and at once for changes through this process.
-    pub async fn shown_product(&self, id: ProductId) -> Result<Option<Arc<Product>>, StoreError> {
-        if let Some(row) = self.catalog.row(id) {
-            return Ok(Some(row));
-        }
-        Ok(self.store.product(id).await?.map(Arc::new))
+    /// One product as shoppers see it: from memory, at most a catalog refresh old, and `None`
+    /// for ids this process does not know, without asking the database, for the reasons of
+    /// [`Self::shown_event`]. Its stock, taken live from the gate once the product is in it,
+    /// is what changes under a crowd; the rest changes when an operator changes it, and at
+    /// once for changes through this process.
+    pub fn shown_product(&self, id: ProductId) -> Option<Arc<Product>> {
+        self.catalog.row(id)
     }
 
     /// The products of a sale event as shoppers see them (see [`Self::shown_product`]), in

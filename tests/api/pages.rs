@@ -1,9 +1,9 @@
 //! The pages render, are cacheable, and every asset comes from the binary.
 
 use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, test_config};
+use crate::helpers::{TestApp, code, rfc3339, status_and_json, test_config};
 use reqwest::StatusCode;
-use seckill::clock::{Clock, SystemClock};
+use seckill::clock::{Clock, ManualClock, SystemClock};
 use std::sync::Arc;
 
 #[tokio::test]
@@ -100,23 +100,7 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
 #[tokio::test]
 async fn the_sale_page_tells_a_buyer_who_reached_the_limit_instead_of_offering_the_button() {
     let app = TestApp::spawn().await;
-    let now = app.state.sale.now();
-    let (_, event) = app
-        .admin_post(
-            "/api/v1/admin/events",
-            serde_json::json!({
-                "starts_at": crate::helpers::rfc3339(now - 1000),
-                "ends_at": crate::helpers::rfc3339(now + 3_600_000),
-            }),
-        )
-        .await;
-    let (_, product) = app
-        .admin_post(
-            "/api/v1/admin/products",
-            serde_json::json!({ "event_id": event["id"], "name": "Kettle",
-                "original_price_cents": 100, "sale_price_cents": 50, "stock": 5 }),
-        )
-        .await;
+    let (_, product) = live_event(&app, 5).await;
     let token = app.users(1).await.remove(0);
     let cookie = format!("seckill_session={token}");
     let page = |cookie: String| {
@@ -124,10 +108,10 @@ async fn the_sale_page_tells_a_buyer_who_reached_the_limit_instead_of_offering_t
         async move { request.send().await.unwrap().text().await.unwrap() }
     };
     assert!(!page(cookie.clone()).await.contains("data-held"));
-    app.buy(&token, product["id"].as_i64().unwrap(), 1).await;
+    app.buy(&token, product, 1).await;
     app.settle().await;
     let html = page(cookie).await;
-    assert!(html.contains("data-held") && html.contains("已购买"));
+    assert!(html.contains("data-held") && html.contains(">Bought<"));
 }
 
 /// Every answer, of a page, the API, an asset or no route at all, tells browsers not to guess
@@ -161,4 +145,222 @@ async fn every_answer_carries_the_security_headers() {
             "{method} {path}"
         );
     }
+}
+
+/// A sale event that started a second ago with one product "Kettle" of `stock` units:
+/// `(event id, product id)`.
+async fn live_event(app: &TestApp, stock: i64) -> (i64, i64) {
+    let now = app.state.sale.now();
+    let (status, event) = app
+        .admin_post(
+            "/api/v1/admin/events",
+            serde_json::json!({
+                "starts_at": rfc3339(now - 1000),
+                "ends_at": rfc3339(now + 3_600_000),
+            }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{event}");
+    let (status, product) = app
+        .admin_post(
+            "/api/v1/admin/products",
+            serde_json::json!({ "event_id": event["id"], "name": "Kettle",
+                "original_price_cents": 100, "sale_price_cents": 50, "stock": stock }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{product}");
+    (
+        event["id"].as_i64().unwrap(),
+        product["id"].as_i64().unwrap(),
+    )
+}
+
+/// GETs `path` with optional `Accept-Language` and `Cookie` headers.
+async fn get(
+    app: &TestApp,
+    path: &str,
+    accept_language: Option<&str>,
+    cookie: Option<&str>,
+) -> reqwest::Response {
+    let mut request = app.client.get(app.url(path));
+    if let Some(value) = accept_language {
+        request = request.header("accept-language", value);
+    }
+    if let Some(value) = cookie {
+        request = request.header("cookie", value);
+    }
+    request.send().await.unwrap()
+}
+
+fn has_cjk(text: &str) -> bool {
+    text.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
+}
+
+/// The page's labels, without the product names and the switch to the other language.
+fn labels(html: &str) -> String {
+    html.replace("Kettle", "")
+        .replace(">中文<", "><")
+        .replace(">English<", "><")
+}
+
+#[tokio::test]
+async fn each_page_is_in_one_language_chosen_by_accept_language_or_the_cookie() {
+    let app = TestApp::spawn().await;
+    live_event(&app, 5).await;
+    let token = app.users(1).await.remove(0);
+    let session = format!("seckill_session={token}");
+    for path in ["/", "/login", "/orders"] {
+        for (accept, lang_cookie, chinese) in [
+            (Some("zh-CN,zh;q=0.9,en;q=0.8"), None, true),
+            (Some("en-GB,en;q=0.9"), None, false),
+            (None, None, false),
+            (Some("fr, zh-TW;q=0.5"), None, true),
+            (Some("zh-CN"), Some("seckill_lang=en"), false),
+            (Some("en"), Some("seckill_lang=zh"), true),
+        ] {
+            let cookie = match lang_cookie {
+                Some(lang) => format!("{session}; {lang}"),
+                None => session.clone(),
+            };
+            let response = get(&app, path, accept, Some(&cookie)).await;
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            let html = response.text().await.unwrap();
+            let what = format!("{path} {accept:?} {lang_cookie:?}");
+            let labels = labels(&html);
+            if chinese {
+                assert!(html.contains(r#"<html lang="zh-CN">"#), "{what}");
+                assert!(html.contains(r#"href="/lang/en""#), "{what}: the switch");
+                for english in ["Sign in", "Log out", "My orders", "Flash sale", "Sale<"] {
+                    assert!(!labels.contains(english), "{what}: {english}");
+                }
+            } else {
+                assert!(html.contains(r#"<html lang="en">"#), "{what}");
+                assert!(html.contains(r#"href="/lang/zh""#), "{what}: the switch");
+                assert!(!has_cjk(&labels), "{what}: a Chinese label");
+            }
+        }
+    }
+    let sale = get(&app, "/", Some("zh"), None).await.text().await.unwrap();
+    assert!(sale.contains("限时秒杀") && sale.contains("立即抢购"));
+    assert!(
+        sale.contains("data-i18n=") && sale.contains("即将售罄"),
+        "the script's strings are in the page"
+    );
+}
+
+#[tokio::test]
+async fn the_language_switch_keeps_the_choice_in_a_cookie_and_goes_back() {
+    let app = TestApp::spawn().await;
+    let client = crate::helpers::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client
+        .get(app.url("/lang/zh"))
+        .header("referer", app.url("/login?next=%2Forders"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()["location"], "/login?next=%2Forders");
+    let cookie = response.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.starts_with("seckill_lang=zh;"), "{cookie}");
+    assert!(cookie.contains("SameSite=Lax") && cookie.contains("Path=/"));
+
+    let elsewhere = client
+        .get(app.url("/lang/en"))
+        .header("referer", "https://evil.example//evil.example/x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.headers()["location"], "/", "no open redirect");
+    let unknown = client.get(app.url("/lang/fr")).send().await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+}
+
+/// A refresh storm: the page holds no clock reading, so the same view a second later is a 304;
+/// what the page depends on is in `Vary`.
+#[tokio::test]
+async fn a_repeated_sale_page_view_that_changes_nothing_is_a_304() {
+    let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
+    let app = TestApp::spawn_with(clock.clone(), |_| {}).await;
+    live_event(&app, 5).await;
+    let first = get(&app, "/", Some("en"), None).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let vary = first.headers()["vary"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        vary.contains("cookie") && vary.contains("accept-language"),
+        "{vary}"
+    );
+    let etag = first.headers()["etag"].clone();
+    clock.advance(1500);
+    let again = app
+        .client
+        .get(app.url("/"))
+        .header("accept-language", "en")
+        .header("if-none-match", etag.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    let chinese = app
+        .client
+        .get(app.url("/"))
+        .header("accept-language", "zh")
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        chinese.status(),
+        StatusCode::OK,
+        "another language, another page"
+    );
+
+    let (status, time) = app.get_json("/time").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        time["now_ms"].as_i64(),
+        Some(clock.now_ms()),
+        "the sale's clock"
+    );
+}
+
+/// Unknown ids are answered from the in-memory catalog: with the tables out of reach, a query
+/// would fail with a 500, and the answer is a 404.
+#[tokio::test]
+async fn unknown_product_and_event_ids_are_404_without_the_database() {
+    let app = TestApp::spawn().await;
+    let (event, product) = live_event(&app, 5).await;
+    let pool = app.pool().await;
+    for sql in [
+        "ALTER TABLE products RENAME TO products_hidden",
+        "ALTER TABLE sale_events RENAME TO sale_events_hidden",
+    ] {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
+    for (path, expected) in [
+        ("/api/v1/products/987654321".to_owned(), "unknown_product"),
+        ("/api/v1/events/987654321".to_owned(), "unknown_event"),
+        ("/?event=987654321".to_owned(), "unknown_event"),
+        ("/?event=x".to_owned(), "unknown_event"),
+    ] {
+        let response = app.client.get(app.url(&path)).send().await.unwrap();
+        let (status, body) = status_and_json(response).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert_eq!(code(&body), expected, "{path}");
+    }
+    for path in [
+        format!("/api/v1/products/{product}"),
+        format!("/api/v1/events/{event}"),
+    ] {
+        let (status, body) = app.get_json(&path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
+    let page = get(&app, &format!("/?event={event}"), None, None).await;
+    assert_eq!(page.status(), StatusCode::OK);
 }

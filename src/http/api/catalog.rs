@@ -60,8 +60,7 @@ async fn show_event(
 ) -> Result<AppJson<EventWithProducts>, ApiError> {
     let event = state
         .sale
-        .event(id)
-        .await?
+        .shown_event(id)
         .ok_or_else(|| ApiError::not_found("unknown_event", "no such sale event"))?;
     let now = state.sale.now();
     let products = product_views_of_event(&state, id).await;
@@ -99,7 +98,6 @@ async fn show_product(
     let product = state
         .sale
         .shown_product(ProductId(id))
-        .await?
         .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
     let remaining = state.sale.remaining(&product).await;
     Ok(AppJson(ProductView::new(

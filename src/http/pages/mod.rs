@@ -1,7 +1,9 @@
 //! Server-rendered pages: the sale, sign-in and the buyer's orders. They render from the same
 //! sale service as the API; the page script then talks to the API for buying and paying.
-//! Every page carries an ETag, so a refresh that changes nothing costs a 304.
+//! Every page carries an ETag, so a refresh that changes nothing costs a 304, and is in the
+//! shopper's language (see [`i18n`]).
 
+pub mod i18n;
 pub mod views;
 
 use super::api::catalog::product_views_of_event;
@@ -11,34 +13,83 @@ use crate::domain::{OrderStatus, SaleStatus};
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::extract::CurrentUser;
-use askama::Template;
 use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use i18n::{LANG_COOKIE, Lang};
 use serde::Deserialize;
 use std::collections::HashMap;
-use views::{EventTab, LoginPage, OrderRow, OrdersPage, ProductCard, SalePage};
+use views::{EventTab, LoginPage, OrderRow, OrdersPage, Page, ProductCard, SalePage};
 
-/// `/`, `/login`, `/orders`, `/logout`.
+/// `/`, `/login`, `/orders`, `/logout`, the language switch `/lang/{code}` and the clock
+/// `/time`.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(sale_page))
         .route("/login", get(login_page))
         .route("/orders", get(orders_page))
         .route("/logout", post(logout))
+        .route("/lang/{code}", get(switch_language))
+        .route("/time", get(server_time))
 }
 
-/// A page, with its ETag.
-pub(super) fn render(request: &HeaderMap, page: &impl Template) -> Result<Response, ApiError> {
-    let html = page.render().map_err(anyhow::Error::from)?;
-    Ok(cached(
+/// A page in the request's language, with its ETag. The page differs by the session and
+/// language cookies and by `Accept-Language`, so caches must key on those.
+pub(super) fn render(request: &HeaderMap, page: &impl Page) -> Result<Response, ApiError> {
+    let html = page
+        .render_in(Lang::of(request).strings())
+        .map_err(anyhow::Error::from)?;
+    let mut response = cached(
         request,
         html.into_bytes(),
         "text/html; charset=utf-8",
         "private, no-cache",
-    ))
+    );
+    response.headers_mut().insert(
+        header::VARY,
+        HeaderValue::from_static("Cookie, Accept-Language"),
+    );
+    Ok(response)
+}
+
+/// Keeps the chosen language in a cookie for a year and goes back to the page the switch was
+/// on. A plain link, so it works without the script; it only changes a preference, so a GET
+/// is harmless.
+async fn switch_language(
+    State(state): State<AppState>,
+    Path(code): Path<String>,
+    request: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Some(lang) = Lang::from_code(&code) else {
+        return Err(ApiError::not_found("unknown_language", "no such language"));
+    };
+    let secure = if state.secure_cookies { "; Secure" } else { "" };
+    let code = lang.code();
+    let cookie = format!("{LANG_COOKIE}={code}; Path=/; SameSite=Lax; Max-Age=31536000{secure}");
+    let back = request
+        .get(header::REFERER)
+        .and_then(|r| r.to_str().ok())
+        .and_then(|r| r.parse::<Uri>().ok())
+        .and_then(|uri| uri.path_and_query().map(|pq| pq.as_str().to_owned()));
+    let location = HeaderValue::from_str(&local_path(back)).map_err(anyhow::Error::from)?;
+    let cookie = HeaderValue::from_str(&cookie).map_err(anyhow::Error::from)?;
+    Ok((
+        StatusCode::SEE_OTHER,
+        [(header::SET_COOKIE, cookie), (header::LOCATION, location)],
+    )
+        .into_response())
+}
+
+/// The server's clock in Unix milliseconds, as the sale's windows are: the page script sets
+/// its countdowns by it, so the pages themselves carry no time and keep their ETags.
+async fn server_time(State(state): State<AppState>) -> Response {
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(serde_json::json!({ "now_ms": state.sale.now() })),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
@@ -54,17 +105,25 @@ async fn sale_page(
 ) -> Result<Response, ApiError> {
     let now = state.sale.now();
     let events = state.sale.events();
-    let asked = query.event.and_then(|e| e.parse::<i64>().ok());
-    // The asked-for event, else the live one, else the next to start, else the last.
-    let selected = asked
-        .filter(|id| events.iter().any(|e| e.id == *id))
-        .or_else(|| {
-            let by_status = |s| events.iter().find(|e| e.window.status(now) == s);
-            by_status(SaleStatus::Live)
-                .or_else(|| by_status(SaleStatus::Upcoming))
-                .or(events.last())
-                .map(|e| e.id)
-        });
+    // The asked-for event, which must be one the catalog knows, else the live one, else the
+    // next to start, else the last.
+    let asked = match query.event {
+        Some(asked) => Some(
+            asked
+                .parse::<i64>()
+                .ok()
+                .filter(|id| events.iter().any(|e| e.id == *id))
+                .ok_or_else(|| ApiError::not_found("unknown_event", "no such sale event"))?,
+        ),
+        None => None,
+    };
+    let selected = asked.or_else(|| {
+        let by_status = |s| events.iter().find(|e| e.window.status(now) == s);
+        by_status(SaleStatus::Live)
+            .or_else(|| by_status(SaleStatus::Upcoming))
+            .or(events.last())
+            .map(|e| e.id)
+    });
     let tabs = events
         .iter()
         .map(|e| EventTab {
@@ -102,6 +161,7 @@ async fn sale_page(
             stock_total: p.stock_total,
             remaining: p.remaining,
             sold_percent: p.sold_percent,
+            almost_gone: p.remaining > 0 && p.remaining * 10 <= p.stock_total,
             status: p.status,
             starts_at_ms: p.starts_at.0,
             ends_at_ms: p.ends_at.0,
@@ -114,7 +174,6 @@ async fn sale_page(
             events: tabs,
             event_id: selected,
             products: cards,
-            now_ms: now,
         },
     )
 }
@@ -184,7 +243,6 @@ async fn orders_page(
         &OrdersPage {
             username: user.username,
             orders: rows,
-            now_ms: state.sale.now(),
             sandbox: state.sale.provider_name() == Some("sandbox"),
         },
     )

@@ -1,8 +1,39 @@
-//! The data each page template sees. Prices arrive already formatted and times as Unix
-//! milliseconds, so templates stay free of logic and the page script can count down against
-//! the server's clock (`now_ms`) rather than the visitor's.
+//! The data each page shows. Prices arrive already formatted and times as Unix milliseconds,
+//! so templates stay free of logic. A page holds no clock reading: the script asks `GET /time`
+//! for the server's, so a page that changes nothing keeps its ETag.
+//! Each page renders in a language through [`Page`]: its template sees the page as `page` and
+//! the language's strings as `t`.
 
+use super::i18n::Strings;
 use askama::Template;
+
+/// A page that renders in any language.
+pub trait Page {
+    /// The page's HTML with the strings `t`.
+    fn render_in(&self, t: &'static Strings) -> askama::Result<String>;
+}
+
+/// Implements [`Page`] for a page struct with the template at `$path`.
+macro_rules! page {
+    ($data:ident, $path:tt) => {
+        impl Page for $data {
+            fn render_in(&self, t: &'static Strings) -> askama::Result<String> {
+                #[derive(Template)]
+                #[template(path = $path)]
+                struct Html<'a> {
+                    page: &'a $data,
+                    t: &'static Strings,
+                }
+                Html { page: self, t }.render()
+            }
+        }
+    };
+}
+
+page!(SalePage, "sale.html");
+page!(LoginPage, "login.html");
+page!(OrdersPage, "orders.html");
+page!(PayReturnPage, "pay_return.html");
 
 /// One sale event (场次) tab on the sale page.
 pub struct EventTab {
@@ -32,14 +63,14 @@ pub struct ProductCard {
     pub status: &'static str,
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
+    /// Stock is left, but at most a tenth of it: the card says "almost gone".
+    pub almost_gone: bool,
     /// The signed-in shopper already holds as many units as one buyer may: the button says
     /// so instead of inviting a click that can only be refused.
     pub held: bool,
 }
 
 /// `GET /` (and `GET /?event=ID`).
-#[derive(Template)]
-#[template(path = "sale.html")]
 pub struct SalePage {
     /// The signed-in shopper's name, if any.
     pub username: Option<String>,
@@ -47,12 +78,9 @@ pub struct SalePage {
     /// Id of the selected event, if there is one.
     pub event_id: Option<i64>,
     pub products: Vec<ProductCard>,
-    pub now_ms: i64,
 }
 
 /// `GET /login`: sign in and register on one page.
-#[derive(Template)]
-#[template(path = "login.html")]
 pub struct LoginPage {
     /// Where to go after signing in; always a local path starting with '/'.
     pub next: String,
@@ -72,20 +100,15 @@ pub struct OrderRow {
 }
 
 /// `GET /orders`: the signed-in shopper's orders, newest first.
-#[derive(Template)]
-#[template(path = "orders.html")]
 pub struct OrdersPage {
     pub username: String,
     pub orders: Vec<OrderRow>,
-    pub now_ms: i64,
     /// Payments go through the built-in sandbox gateway: no real money.
     pub sandbox: bool,
 }
 
 /// `GET /pay/alipay/return`: where the provider sends the buyer back. It shows the order as
 /// stored, and reloads itself while the payment's notification has not arrived.
-#[derive(Template)]
-#[template(path = "pay_return.html")]
 pub struct PayReturnPage {
     pub order_id: String,
     pub product_name: String,
