@@ -122,6 +122,17 @@ pub struct PaymentRecord<'a> {
     pub received_at: Millis,
 }
 
+/// One operator's change, as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Who: "admin", or the admin token's fingerprint.
+    pub actor: String,
+    /// What: a short description naming the ids changed.
+    pub action: String,
+    /// When.
+    pub at: Millis,
+}
+
 /// Durable storage for every backend.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -213,4 +224,9 @@ pub trait Store: Send + Sync + 'static {
     async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>>;
     /// Which of `candidates` are stored.
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>>;
+
+    /// Keeps an operator's change in the audit log.
+    async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()>;
+    /// The latest `limit` entries of the audit log, newest first.
+    async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>>;
 }

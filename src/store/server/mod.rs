@@ -12,7 +12,8 @@ use super::sql::{
     RETURN_STOCK, TAKE_STOCK, Tables, query, units_of,
 };
 use super::{
-    NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult, UserRecord,
+    AuditEntry, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult,
+    UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -349,6 +350,14 @@ impl Store for ServerStore {
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         self.tables.stored_among(candidates).await
+    }
+
+    async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        self.tables.record_audit(entry).await
+    }
+
+    async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
+        self.tables.audit_log(limit).await
     }
 }
 

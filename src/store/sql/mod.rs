@@ -11,7 +11,9 @@ pub(super) mod rows;
 
 pub use dialect::Dialect;
 
-use super::{NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult, UserRecord};
+use super::{
+    AuditEntry, NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult, UserRecord,
+};
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
@@ -110,6 +112,8 @@ struct Statements {
     insert_payment_record: Arc<str>,
     refunds_due: Arc<str>,
     mark_refunded: Arc<str>,
+    insert_audit: Arc<str>,
+    audit_log: Arc<str>,
 }
 
 impl Statements {
@@ -180,6 +184,11 @@ impl Statements {
             cancelled_orders: sql(
                 "SELECT id FROM orders WHERE product_id = ? AND status = 'cancelled'",
             ),
+            insert_audit: sql(
+                "INSERT INTO audit_log (actor, action, recorded_at) VALUES (?, ?, ?)",
+            ),
+            audit_log: sql("SELECT actor, action, recorded_at FROM audit_log \
+                 ORDER BY id DESC LIMIT ?"),
         }
     }
 }
@@ -459,6 +468,34 @@ impl Tables {
             .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// See [`crate::store::Store::record_audit`].
+    pub async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        query(&self.sql.insert_audit)
+            .bind(entry.actor.clone())
+            .bind(entry.action.clone())
+            .bind(entry.at)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// See [`crate::store::Store::audit_log`].
+    pub async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
+        let rows = query(&self.sql.audit_log)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(AuditEntry {
+                    actor: row.try_get(0)?,
+                    action: row.try_get(1)?,
+                    at: row.try_get(2)?,
+                })
+            })
+            .collect()
     }
 
     /// See [`crate::store::Store::refunds_due`].

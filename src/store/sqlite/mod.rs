@@ -24,7 +24,8 @@ use wal_flush::WalFlush;
 
 use super::sql::{self, Dialect, Tables};
 use super::{
-    NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult, UserRecord,
+    AuditEntry, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult,
+    UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -286,6 +287,15 @@ impl Store for SqliteStore {
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         self.tables.stored_among(candidates).await
+    }
+
+    async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        self.tables.record_audit(entry).await?;
+        self.durable().await
+    }
+
+    async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
+        self.tables.audit_log(limit).await
     }
 }
 
