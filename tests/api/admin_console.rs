@@ -1,0 +1,160 @@
+//! The operator's console over HTTP, as a browser uses it: signing in with the admin token,
+//! CSRF tokens on every form, creating a product and adding stock, the audit log, signing out.
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder};
+use reqwest::{Client, StatusCode};
+
+/// A browser: keeps cookies and follows redirects.
+fn browser() -> Client {
+    client_builder().cookie_store(true).build().unwrap()
+}
+
+/// The CSRF token of the first form on a page.
+fn csrf_of(page: &str) -> String {
+    let start = page
+        .find(r#"name="csrf" value=""#)
+        .expect("a form with a CSRF token")
+        + 19;
+    page[start..].split('"').next().unwrap().to_owned()
+}
+
+/// A console time, `datetime-local` in UTC, `offset_ms` from the server's now.
+fn form_time(app: &TestApp, offset_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(app.state.sale.now() + offset_ms)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M")
+        .to_string()
+}
+
+async fn sign_in(app: &TestApp, browser: &Client, token: &str) -> reqwest::Response {
+    browser
+        .post(app.url("/admin/login"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused_and_the_console_stays_closed() {
+    let app = TestApp::spawn().await;
+    app.live_product(5, 1).await;
+    let browser = browser();
+    let refused = sign_in(&app, &browser, "not-the-admin-token").await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("not the admin token")
+    );
+    let page = browser
+        .get(app.url("/admin/products"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.url().path(), "/admin/login");
+    assert!(!page.text().await.unwrap().contains("Test phone"));
+}
+
+#[tokio::test]
+async fn the_console_changes_the_catalog_under_csrf_and_keeps_an_audit_log() {
+    let app = TestApp::spawn().await;
+    let browser = browser();
+    let existing = app.live_product(5, 1).await;
+
+    let listed = sign_in(&app, &browser, ADMIN_TOKEN).await;
+    assert_eq!(listed.url().path(), "/admin/products");
+    let listed = listed.text().await.unwrap();
+    assert!(listed.contains(&format!("/admin/products/{existing}")));
+    let csrf = csrf_of(&listed);
+
+    let product_form = |csrf: Option<&str>| {
+        let mut fields = vec![
+            ("name", "Console kettle".to_owned()),
+            ("original_price", "199".to_owned()),
+            ("sale_price", "99.50".to_owned()),
+            ("stock", "5".to_owned()),
+            ("per_user_limit", "2".to_owned()),
+            ("starts_at", form_time(&app, -120_000)),
+            ("ends_at", form_time(&app, 3_600_000)),
+        ];
+        if let Some(csrf) = csrf {
+            fields.push(("csrf", csrf.to_owned()));
+        }
+        browser.post(app.url("/admin/products")).form(&fields)
+    };
+    for forged in [None, Some("forged")] {
+        let refused = product_form(forged).send().await.unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    }
+    assert!(
+        !browser
+            .get(app.url("/admin/products"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .contains("Console kettle"),
+        "a refused form changes nothing"
+    );
+
+    let created = product_form(Some(&csrf)).send().await.unwrap();
+    assert_eq!(created.status(), StatusCode::OK);
+    let id: i64 = created
+        .url()
+        .path()
+        .strip_prefix("/admin/products/")
+        .and_then(|id| id.parse().ok())
+        .expect("the new product's page");
+    let shown = app.product(id).await;
+    assert_eq!(shown["name"], "Console kettle");
+    assert_eq!(shown["sale_price_cents"], 9_950);
+    assert_eq!(shown["remaining"], 5);
+
+    let added = browser
+        .post(app.url(&format!("/admin/products/{id}/stock")))
+        .form(&[("quantity", "3"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), StatusCode::OK);
+    assert!(
+        added
+            .text()
+            .await
+            .unwrap()
+            .contains("<b data-remaining>8</b>")
+    );
+    assert_eq!(app.product(id).await["remaining"], 8);
+
+    let log = browser.get(app.url("/admin/audit")).send().await.unwrap();
+    let log = log.text().await.unwrap();
+    let stock_at = log
+        .find(&format!("added 3 units to product {id}"))
+        .expect("the stock change");
+    let created_at = log
+        .find(&format!("created product {id} &#34;Console kettle&#34;"))
+        .or_else(|| log.find(&format!("created product {id} &quot;Console kettle&quot;")))
+        .expect("the new product");
+    let api_at = log
+        .find(&format!("created product {existing}"))
+        .expect("the API's change");
+    assert!(
+        stock_at < created_at && created_at < api_at,
+        "newest first: {log}"
+    );
+
+    let signed_out = browser
+        .post(app.url("/admin/logout"))
+        .form(&[("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.url().path(), "/admin/login");
+    let after = browser.get(app.url("/admin/audit")).send().await.unwrap();
+    assert_eq!(after.url().path(), "/admin/login");
+}
