@@ -122,6 +122,19 @@ pub struct PaymentRecord<'a> {
     pub received_at: Millis,
 }
 
+/// A provider's accepted word about an order, as kept (see [`PaymentRecord`]), read back for
+/// the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptPayment {
+    pub provider: String,
+    pub trade_no: String,
+    pub amount: Money,
+    pub trade_status: String,
+    /// Whether the trade's status means the money arrived.
+    pub paid: bool,
+    pub received_at: Millis,
+}
+
 /// One operator's change, as the audit log keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
@@ -216,6 +229,8 @@ pub trait Store: Send + Sync + 'static {
     async fn mark_pay_started(&self, id: OrderId, now: Millis) -> StoreResult<()>;
     /// Keeps a provider's accepted word; false when a word with its key is already kept.
     async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool>;
+    /// The provider's words kept for an order, oldest first, at most `limit`.
+    async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>>;
     /// Cancelled orders for which the provider's word says money arrived, not yet refunded.
     async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>>;
     /// cancelled → refunded. True when this call recorded the refund.

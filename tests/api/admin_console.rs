@@ -158,3 +158,41 @@ async fn the_console_changes_the_catalog_under_csrf_and_keeps_an_audit_log() {
     let after = browser.get(app.url("/admin/audit")).send().await.unwrap();
     assert_eq!(after.url().path(), "/admin/login");
 }
+
+#[tokio::test]
+async fn the_console_finds_an_order_by_its_id_and_by_its_buyer() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(5, 1).await;
+    let buyer = app.users(1).await.remove(0);
+    let (status, placed) = app.buy(&buyer, product, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{placed}");
+    let order = placed["order_id"].as_str().unwrap().to_owned();
+    app.settle().await;
+    let browser = browser();
+    sign_in(&app, &browser, ADMIN_TOKEN).await;
+
+    let find = |query: String| {
+        let browser = browser.clone();
+        let url = app.url(&format!("/admin/orders?{query}"));
+        async move {
+            let response = browser.get(url).send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    let (status, by_id) = find(format!("order={order}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(by_id.contains(&format!("<td>{order}</td>")), "{by_id}");
+    assert!(by_id.contains("<td data-status>awaiting_payment</td>"));
+    let start = by_id.find(&format!("<td>{order}</td><td>")).unwrap() + order.len() + 13;
+    let user_id: i64 = by_id[start..].split('<').next().unwrap().parse().unwrap();
+
+    let (status, by_user) = find(format!("user={user_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(by_user.contains(&format!("<td>{order}</td>")));
+    let (_, someone_else) = find(format!("user={}", user_id + 1)).await;
+    assert!(!someone_else.contains(&format!("<td>{order}</td>")));
+    assert!(someone_else.contains("No such orders."));
+    let (status, garbled) = find("order=12x".into()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(garbled.contains("An order id is a whole number."));
+}

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod catalog;
+pub mod orders;
 pub mod session;
 
 use crate::error::ApiError;
@@ -55,6 +56,7 @@ pub fn router() -> Router<AppState> {
         .merge(session::router())
         .merge(catalog::router())
         .merge(audit::router())
+        .merge(orders::router())
 }
 
 /// The HMAC keyed by the admin token, for session cookies and CSRF tokens.

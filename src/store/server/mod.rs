@@ -12,8 +12,8 @@ use super::sql::{
     RETURN_STOCK, TAKE_STOCK, Tables, query, units_of,
 };
 use super::{
-    AuditEntry, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult,
-    UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store,
+    StoreResult, UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -334,6 +334,10 @@ impl Store for ServerStore {
 
     async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool> {
         self.tables.record_payment(record).await
+    }
+
+    async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>> {
+        self.tables.payments_of(order, limit).await
     }
 
     async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {

@@ -12,7 +12,8 @@ pub(super) mod rows;
 pub use dialect::Dialect;
 
 use super::{
-    AuditEntry, NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult, UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult,
+    UserRecord,
 };
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -114,6 +115,7 @@ struct Statements {
     mark_refunded: Arc<str>,
     insert_audit: Arc<str>,
     audit_log: Arc<str>,
+    payments_of: Arc<str>,
 }
 
 impl Statements {
@@ -183,6 +185,11 @@ impl Statements {
                  WHERE id = ? AND status = 'cancelled' AND refunded_at IS NULL"),
             cancelled_orders: sql(
                 "SELECT id FROM orders WHERE product_id = ? AND status = 'cancelled'",
+            ),
+            payments_of: sql(
+                "SELECT provider, trade_no, amount_cents, trade_status, paid, \
+                 received_at FROM payment_records WHERE order_id = ? \
+                 ORDER BY received_at, record_key LIMIT ?",
             ),
             insert_audit: sql(
                 "INSERT INTO audit_log (actor, action, recorded_at) VALUES (?, ?, ?)",
@@ -496,6 +503,16 @@ impl Tables {
                 })
             })
             .collect()
+    }
+
+    /// See [`crate::store::Store::payments_of`].
+    pub async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>> {
+        let rows = query(&self.sql.payments_of)
+            .bind(order.0)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(rows::payment).collect::<Result<_, _>>()?)
     }
 
     /// See [`crate::store::Store::refunds_due`].

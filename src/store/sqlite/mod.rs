@@ -24,8 +24,8 @@ use wal_flush::WalFlush;
 
 use super::sql::{self, Dialect, Tables};
 use super::{
-    AuditEntry, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult,
-    UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store,
+    StoreResult, UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -269,6 +269,10 @@ impl Store for SqliteStore {
         let new = self.tables.record_payment(record).await?;
         self.durable().await?;
         Ok(new)
+    }
+
+    async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>> {
+        self.tables.payments_of(order, limit).await
     }
 
     async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
