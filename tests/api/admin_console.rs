@@ -1,7 +1,7 @@
 //! The operator's console over HTTP, as a browser uses it: signing in with the admin token,
 //! CSRF tokens on every form, creating a product and adding stock, the audit log, signing out.
 
-use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder};
+use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder, rfc3339};
 use reqwest::{Client, StatusCode};
 
 /// A browser: keeps cookies and follows redirects.
@@ -195,4 +195,50 @@ async fn the_console_finds_an_order_by_its_id_and_by_its_buyer() {
     let (status, garbled) = find("order=12x".into()).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(garbled.contains("An order id is a whole number."));
+}
+
+#[tokio::test]
+async fn the_admin_api_lists_events_products_and_the_audit_log_for_the_admin_only() {
+    let app = TestApp::spawn().await;
+    let now = app.state.sale.now();
+    let (status, event) = app
+        .admin_post(
+            "/api/v1/admin/events",
+            serde_json::json!({ "title": "Night", "starts_at": rfc3339(now + 60_000), "ends_at": rfc3339(now + 120_000) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{event}");
+    let product = app.live_product(5, 1).await;
+    for path in [
+        "/api/v1/admin/events",
+        "/api/v1/admin/products",
+        "/api/v1/admin/audit",
+    ] {
+        let (status, _) = app.get_json(path).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let admin_get = |path: &'static str| app.get_json_as(ADMIN_TOKEN, path);
+    let (status, events) = admin_get("/api/v1/admin/events").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(events, serde_json::json!([event]));
+    let (_, products) = admin_get("/api/v1/admin/products").await;
+    assert_eq!(products[0]["id"], product);
+    assert_eq!(products[0]["remaining"], 5);
+    let (_, log) = admin_get("/api/v1/admin/audit").await;
+    let actions: Vec<&str> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            format!("created product {product} \"Test phone\""),
+            format!("created event {} \"Night\"", event["id"]),
+        ]
+    );
+    let actor = log[0]["actor"].as_str().unwrap();
+    assert!(actor.starts_with("token ") && actor.len() == 14, "{actor}");
+    assert!(!actor.contains(ADMIN_TOKEN));
 }

@@ -4,6 +4,7 @@
 use super::{AdminSession, page};
 use crate::error::ApiError;
 use crate::http::AppState;
+use crate::http::api::admin::AUDIT_SHOWN;
 use askama::Template;
 use axum::Router;
 use axum::extract::State;
@@ -15,9 +16,6 @@ use axum::routing::get;
 pub fn router() -> Router<AppState> {
     Router::new().route("/admin/audit", get(audit_page))
 }
-
-/// How many of the latest entries the page shows.
-const SHOWN: i64 = 200;
 
 /// One change in the log.
 struct AuditRow {
@@ -40,7 +38,7 @@ async fn audit_page(
 ) -> Result<Response, ApiError> {
     let entries = state
         .store
-        .audit_log(SHOWN)
+        .audit_log(AUDIT_SHOWN)
         .await?
         .into_iter()
         .map(|e| AuditRow {

@@ -1,8 +1,8 @@
 //! The operator's API under `/admin`, behind `Authorization: Bearer <admin token>`: create
-//! sale events and products, change products, add stock to a live sale. Every change is written
-//! to the audit log. The checks of the operator's input live here once, for the console too.
+//! sale events and products, change products, add stock to a live sale, and read back every
+//! event, every product and the audit log. Every change is written to the audit log. The checks of the operator's input live here once, for the console too.
 
-use super::{ErrorBody, EventView, ProductView};
+use super::{ErrorBody, EventView, ProductView, Rfc3339};
 use crate::domain::{Millis, Money, ProductId, Quantity, SaleWindow};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
@@ -12,17 +12,21 @@ use crate::store::AuditEntry;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{patch, post};
+use axum::routing::{get, patch, post};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 /// `/api/v1/admin/...`.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/admin/events", post(create_event))
-        .route("/api/v1/admin/products", post(create_product))
+        .route("/api/v1/admin/events", get(list_events).post(create_event))
+        .route(
+            "/api/v1/admin/products",
+            get(list_products).post(create_product),
+        )
+        .route("/api/v1/admin/audit", get(audit_log))
         .route("/api/v1/admin/products/{id}", patch(update_product))
         .route("/api/v1/admin/products/{id}/stock", post(add_stock))
 }
@@ -96,6 +100,85 @@ pub(in crate::http) async fn record_audit(state: &AppState, actor: &str, action:
     if let Err(e) = state.store.record_audit(&entry).await {
         tracing::error!(error = %e, action = %entry.action, "could not write the audit log");
     }
+}
+
+/// How many of the latest audit log entries `GET /api/v1/admin/audit` answers.
+pub(in crate::http) const AUDIT_SHOWN: i64 = 200;
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/events",
+    tag = "admin",
+    summary = "List every sale event, from the database",
+    security(("admin_bearer" = [])),
+    responses((status = 200, description = "Every sale event, by start time", body = [EventView]))
+)]
+async fn list_events(
+    _: AdminAuth,
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<EventView>>, ApiError> {
+    let now = state.sale.now();
+    let events = state.store.events().await?;
+    Ok(AppJson(
+        events.iter().map(|e| EventView::new(e, now)).collect(),
+    ))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/products",
+    tag = "admin",
+    summary = "List every product, from the database, with live stock",
+    security(("admin_bearer" = [])),
+    responses((status = 200, description = "Every product, by sale start then id", body = [ProductView]))
+)]
+async fn list_products(
+    _: AdminAuth,
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<ProductView>>, ApiError> {
+    let now = state.sale.now();
+    let mut views = Vec::new();
+    for product in state.store.products().await? {
+        let remaining = state.sale.remaining(&product).await;
+        views.push(ProductView::new(&product, remaining, now));
+    }
+    Ok(AppJson(views))
+}
+
+/// One operator's change in the audit log.
+#[derive(Serialize, ToSchema)]
+struct AuditView {
+    /// `admin` through the console, `token` and the admin token's fingerprint through this API.
+    actor: String,
+    /// What changed, naming the ids.
+    action: String,
+    #[schema(value_type = String, format = DateTime)]
+    at: Rfc3339,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/audit",
+    tag = "admin",
+    summary = "The latest changes through the console or this API, newest first",
+    security(("admin_bearer" = [])),
+    responses((status = 200, description = "The latest 200 changes, newest first", body = [AuditView]))
+)]
+async fn audit_log(
+    _: AdminAuth,
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<AuditView>>, ApiError> {
+    let entries = state.store.audit_log(AUDIT_SHOWN).await?;
+    Ok(AppJson(
+        entries
+            .into_iter()
+            .map(|e| AuditView {
+                actor: e.actor,
+                action: e.action,
+                at: Rfc3339(e.at),
+            })
+            .collect(),
+    ))
 }
 
 /// A sale event to create; without a title it is named after its start time.
