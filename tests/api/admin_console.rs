@@ -242,3 +242,71 @@ async fn the_admin_api_lists_events_products_and_the_audit_log_for_the_admin_onl
     assert!(actor.starts_with("token ") && actor.len() == 14, "{actor}");
     assert!(!actor.contains(ADMIN_TOKEN));
 }
+
+#[tokio::test]
+async fn the_console_changes_a_product_and_explains_a_refused_change() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(5, 1).await;
+    let browser = browser();
+    let page = sign_in(&app, &browser, ADMIN_TOKEN)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_of(&page);
+    let change = |sale_price: &'static str| {
+        browser
+            .post(app.url(&format!("/admin/products/{product}")))
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("name", "Renamed phone"),
+                ("image_url", "/static/img/gift.svg"),
+                ("original_price", "100.00"),
+                ("sale_price", sale_price),
+                ("per_user_limit", "3"),
+                ("starts_at", ""),
+                ("ends_at", ""),
+            ])
+            .send()
+    };
+    let refused = change("100.01").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("cannot exceed the original price")
+    );
+    assert_eq!(app.product(product).await["name"], "Test phone");
+
+    let changed = change("39.9").await.unwrap();
+    assert_eq!(changed.status(), StatusCode::OK);
+    assert_eq!(changed.url().path(), format!("/admin/products/{product}"));
+    let shown = app.product(product).await;
+    assert_eq!(
+        (
+            &shown["name"],
+            &shown["sale_price_cents"],
+            &shown["per_user_limit"]
+        ),
+        (
+            &serde_json::json!("Renamed phone"),
+            &serde_json::json!(3_990),
+            &serde_json::json!(3)
+        )
+    );
+    let log = browser
+        .get(app.url("/admin/audit"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        log.matches(&format!("changed product {product}")).count(),
+        1,
+        "{log}"
+    );
+}

@@ -67,7 +67,7 @@ fn keyed(state: &AppState, purpose: &[u8]) -> HmacSha256 {
     mac
 }
 
-/// A signed-in operator: the session's id and the CSRF token its forms carry.
+/// A signed-in operator's session, known by the CSRF token its forms carry.
 pub struct AdminSession {
     csrf: String,
 }
