@@ -2,6 +2,7 @@
 //! and `/healthz`. This layer sees only the sale service and the store trait; it never knows
 //! which backend runs.
 
+pub mod admin;
 pub mod api;
 pub mod assets;
 pub mod client_ip;

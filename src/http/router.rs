@@ -1,6 +1,6 @@
 //! Every route in one place.
 
-use super::{AppState, api, assets, metrics, openapi, pages, pay};
+use super::{AppState, admin, api, assets, metrics, openapi, pages, pay};
 use crate::error::{ApiError, AppJson};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -24,6 +24,7 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::catalog::router())
         .merge(api::orders::router())
         .merge(api::admin::router())
+        .merge(admin::router())
         .merge(pages::router())
         .merge(pay::router())
         .merge(openapi::router())

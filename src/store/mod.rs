@@ -122,6 +122,30 @@ pub struct PaymentRecord<'a> {
     pub received_at: Millis,
 }
 
+/// A provider's accepted word about an order, as kept (see [`PaymentRecord`]), read back for
+/// the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptPayment {
+    pub provider: String,
+    pub trade_no: String,
+    pub amount: Money,
+    pub trade_status: String,
+    /// Whether the trade's status means the money arrived.
+    pub paid: bool,
+    pub received_at: Millis,
+}
+
+/// One operator's change, as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Who: "admin", or the admin token's fingerprint.
+    pub actor: String,
+    /// What: a short description naming the ids changed.
+    pub action: String,
+    /// When.
+    pub at: Millis,
+}
+
 /// Durable storage for every backend.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -205,6 +229,8 @@ pub trait Store: Send + Sync + 'static {
     async fn mark_pay_started(&self, id: OrderId, now: Millis) -> StoreResult<()>;
     /// Keeps a provider's accepted word; false when a word with its key is already kept.
     async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool>;
+    /// The provider's words kept for an order, oldest first, at most `limit`.
+    async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>>;
     /// Cancelled orders for which the provider's word says money arrived, not yet refunded.
     async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>>;
     /// cancelled → refunded. True when this call recorded the refund.
@@ -213,4 +239,9 @@ pub trait Store: Send + Sync + 'static {
     async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>>;
     /// Which of `candidates` are stored.
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>>;
+
+    /// Keeps an operator's change in the audit log.
+    async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()>;
+    /// The latest `limit` entries of the audit log, newest first.
+    async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>>;
 }

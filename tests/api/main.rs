@@ -2,6 +2,7 @@
 //! database (SQLite, PostgreSQL or MySQL: see `backend.rs`) and talks to it over HTTP.
 
 mod admin;
+mod admin_console;
 mod backend;
 mod bad_input;
 mod bench;

@@ -1,42 +1,56 @@
 //! The operator's API under `/admin`, behind `Authorization: Bearer <admin token>`: create
-//! sale events and products, change products, add stock to a live sale.
+//! sale events and products, change products, add stock to a live sale, and read back every
+//! event, every product and the audit log. Every change is written to the audit log. The checks of the operator's input live here once, for the console too.
 
-use super::{ErrorBody, EventView, ProductView};
+use super::{ErrorBody, EventView, ProductView, Rfc3339};
 use crate::domain::{Millis, Money, ProductId, Quantity, SaleWindow};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
 use crate::sale::{NewProductInput, ProductChanges};
+use crate::store::AuditEntry;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{patch, post};
+use axum::routing::{get, patch, post};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 /// `/api/v1/admin/...`.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/admin/events", post(create_event))
-        .route("/api/v1/admin/products", post(create_product))
+        .route("/api/v1/admin/events", get(list_events).post(create_event))
+        .route(
+            "/api/v1/admin/products",
+            get(list_products).post(create_product),
+        )
+        .route("/api/v1/admin/audit", get(audit_log))
         .route("/api/v1/admin/products/{id}", patch(update_product))
         .route("/api/v1/admin/products/{id}/stock", post(add_stock))
 }
 
 /// The most units one product may hold: far above any flash sale, far below overflow.
-const MAX_STOCK: i64 = 100_000_000;
+pub(in crate::http) const MAX_STOCK: i64 = 100_000_000;
 
-fn window(starts_at: DateTime<Utc>, ends_at: DateTime<Utc>) -> Result<SaleWindow, ApiError> {
+pub(in crate::http) fn window(
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+) -> Result<SaleWindow, ApiError> {
     SaleWindow::new(starts_at.timestamp_millis(), ends_at.timestamp_millis())
         .map_err(|e| ApiError::invalid("invalid_window", e.to_string()))
 }
 
-fn price(cents: i64) -> Result<Money, ApiError> {
+pub(in crate::http) fn price(cents: i64) -> Result<Money, ApiError> {
     Money::from_cents(cents).map_err(|e| ApiError::invalid("invalid_price", e.to_string()))
 }
 
-fn text(value: String, field: &'static str, max: usize) -> Result<String, ApiError> {
+pub(in crate::http) fn text(
+    value: String,
+    field: &'static str,
+    max: usize,
+) -> Result<String, ApiError> {
     let trimmed = value.trim();
     if trimmed.is_empty() || trimmed.chars().count() > max {
         return Err(ApiError::invalid(
@@ -47,7 +61,7 @@ fn text(value: String, field: &'static str, max: usize) -> Result<String, ApiErr
     Ok(trimmed.to_owned())
 }
 
-fn image_url(value: String) -> Result<String, ApiError> {
+pub(in crate::http) fn image_url(value: String) -> Result<String, ApiError> {
     let ok_scheme = ["/", "https://", "http://"]
         .iter()
         .any(|p| value.starts_with(p))
@@ -61,10 +75,110 @@ fn image_url(value: String) -> Result<String, ApiError> {
     Ok(value)
 }
 
-fn per_user_limit(value: i64) -> Result<u32, ApiError> {
+pub(in crate::http) fn per_user_limit(value: i64) -> Result<u32, ApiError> {
     Quantity::parse(value)
         .map(Quantity::get)
         .map_err(|_| ApiError::invalid("invalid_limit", "per_user_limit must be 1 to 100"))
+}
+
+/// Who changed something through the admin API: the admin token's fingerprint (the first
+/// hex digits of its SHA-256), which tells tokens apart across a rotation without revealing one.
+fn api_actor(state: &AppState) -> String {
+    let digest = Sha256::digest(state.auth.admin_token.expose().as_bytes());
+    let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("token {hex}")
+}
+
+/// Writes an operator's change to the audit log. The change is already made, so a log that
+/// cannot be written is reported in the server's log instead of failing the request.
+pub(in crate::http) async fn record_audit(state: &AppState, actor: &str, action: String) {
+    let entry = AuditEntry {
+        actor: actor.to_owned(),
+        action,
+        at: state.sale.now(),
+    };
+    if let Err(e) = state.store.record_audit(&entry).await {
+        tracing::error!(error = %e, action = %entry.action, "could not write the audit log");
+    }
+}
+
+/// How many of the latest audit log entries `GET /api/v1/admin/audit` answers.
+pub(in crate::http) const AUDIT_SHOWN: i64 = 200;
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/events",
+    tag = "admin",
+    summary = "List every sale event, from the database",
+    security(("admin_bearer" = [])),
+    responses((status = 200, description = "Every sale event, by start time", body = [EventView]))
+)]
+async fn list_events(
+    _: AdminAuth,
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<EventView>>, ApiError> {
+    let now = state.sale.now();
+    let events = state.store.events().await?;
+    Ok(AppJson(
+        events.iter().map(|e| EventView::new(e, now)).collect(),
+    ))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/products",
+    tag = "admin",
+    summary = "List every product, from the database, with live stock",
+    security(("admin_bearer" = [])),
+    responses((status = 200, description = "Every product, by sale start then id", body = [ProductView]))
+)]
+async fn list_products(
+    _: AdminAuth,
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<ProductView>>, ApiError> {
+    let now = state.sale.now();
+    let mut views = Vec::new();
+    for product in state.store.products().await? {
+        let remaining = state.sale.remaining(&product).await;
+        views.push(ProductView::new(&product, remaining, now));
+    }
+    Ok(AppJson(views))
+}
+
+/// One operator's change in the audit log.
+#[derive(Serialize, ToSchema)]
+struct AuditView {
+    /// `admin` through the console, `token` and the admin token's fingerprint through this API.
+    actor: String,
+    /// What changed, naming the ids.
+    action: String,
+    #[schema(value_type = String, format = DateTime)]
+    at: Rfc3339,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/audit",
+    tag = "admin",
+    summary = "The latest changes through the console or this API, newest first",
+    security(("admin_bearer" = [])),
+    responses((status = 200, description = "The latest 200 changes, newest first", body = [AuditView]))
+)]
+async fn audit_log(
+    _: AdminAuth,
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<AuditView>>, ApiError> {
+    let entries = state.store.audit_log(AUDIT_SHOWN).await?;
+    Ok(AppJson(
+        entries
+            .into_iter()
+            .map(|e| AuditView {
+                actor: e.actor,
+                action: e.action,
+                at: Rfc3339(e.at),
+            })
+            .collect(),
+    ))
 }
 
 /// A sale event to create; without a title it is named after its start time.
@@ -99,6 +213,8 @@ async fn create_event(
         None => crate::clock::local_time_of_day(window.start),
     };
     let event = state.sale.create_event(&title, window).await?;
+    let action = format!("created event {} \"{}\"", event.id, event.title);
+    record_audit(&state, &api_actor(&state), action).await;
     Ok((
         StatusCode::CREATED,
         AppJson(EventView::new(&event, state.sale.now())),
@@ -167,6 +283,8 @@ async fn create_product(
         window,
     };
     let product = state.sale.create_product(input).await?;
+    let action = format!("created product {} \"{}\"", product.id.0, product.name);
+    record_audit(&state, &api_actor(&state), action).await;
     let view = ProductView::new(&product, product.stock, state.sale.now());
     Ok((StatusCode::CREATED, AppJson(view)))
 }
@@ -226,6 +344,8 @@ async fn update_product(
         window,
     };
     let product = state.sale.update_product(id, changes).await?;
+    let action = format!("changed product {}", id.0);
+    record_audit(&state, &api_actor(&state), action).await;
     let remaining = state.sale.remaining(&product).await;
     Ok(AppJson(ProductView::new(
         &product,
@@ -234,7 +354,7 @@ async fn update_product(
     )))
 }
 
-fn datetime(ms: Millis) -> DateTime<Utc> {
+pub(in crate::http) fn datetime(ms: Millis) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
@@ -272,6 +392,8 @@ async fn add_stock(
         ));
     }
     let product = state.sale.add_stock(ProductId(id), body.quantity).await?;
+    let action = format!("added {} units to product {id}", body.quantity);
+    record_audit(&state, &api_actor(&state), action).await;
     let remaining = state.sale.remaining(&product).await;
     Ok(AppJson(ProductView::new(
         &product,

@@ -12,7 +12,8 @@ use super::sql::{
     RETURN_STOCK, TAKE_STOCK, Tables, query, units_of,
 };
 use super::{
-    NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult, UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store,
+    StoreResult, UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -335,6 +336,10 @@ impl Store for ServerStore {
         self.tables.record_payment(record).await
     }
 
+    async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>> {
+        self.tables.payments_of(order, limit).await
+    }
+
     async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
         self.tables.refunds_due(limit).await
     }
@@ -349,6 +354,14 @@ impl Store for ServerStore {
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         self.tables.stored_among(candidates).await
+    }
+
+    async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        self.tables.record_audit(entry).await
+    }
+
+    async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
+        self.tables.audit_log(limit).await
     }
 }
 

@@ -11,7 +11,10 @@ pub(super) mod rows;
 
 pub use dialect::Dialect;
 
-use super::{NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult, UserRecord};
+use super::{
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult,
+    UserRecord,
+};
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
@@ -110,6 +113,9 @@ struct Statements {
     insert_payment_record: Arc<str>,
     refunds_due: Arc<str>,
     mark_refunded: Arc<str>,
+    insert_audit: Arc<str>,
+    audit_log: Arc<str>,
+    payments_of: Arc<str>,
 }
 
 impl Statements {
@@ -180,6 +186,16 @@ impl Statements {
             cancelled_orders: sql(
                 "SELECT id FROM orders WHERE product_id = ? AND status = 'cancelled'",
             ),
+            payments_of: sql(
+                "SELECT provider, trade_no, amount_cents, trade_status, paid, \
+                 received_at FROM payment_records WHERE order_id = ? \
+                 ORDER BY received_at, record_key LIMIT ?",
+            ),
+            insert_audit: sql(
+                "INSERT INTO audit_log (actor, action, recorded_at) VALUES (?, ?, ?)",
+            ),
+            audit_log: sql("SELECT actor, action, recorded_at FROM audit_log \
+                 ORDER BY id DESC LIMIT ?"),
         }
     }
 }
@@ -459,6 +475,44 @@ impl Tables {
             .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// See [`crate::store::Store::record_audit`].
+    pub async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        query(&self.sql.insert_audit)
+            .bind(entry.actor.clone())
+            .bind(entry.action.clone())
+            .bind(entry.at)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// See [`crate::store::Store::audit_log`].
+    pub async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
+        let rows = query(&self.sql.audit_log)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(AuditEntry {
+                    actor: row.try_get(0)?,
+                    action: row.try_get(1)?,
+                    at: row.try_get(2)?,
+                })
+            })
+            .collect()
+    }
+
+    /// See [`crate::store::Store::payments_of`].
+    pub async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>> {
+        let rows = query(&self.sql.payments_of)
+            .bind(order.0)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(rows::payment).collect::<Result<_, _>>()?)
     }
 
     /// See [`crate::store::Store::refunds_due`].

@@ -4,7 +4,7 @@
 use crate::domain::{
     Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity, SaleEvent, SaleWindow, UserId,
 };
-use crate::store::UserRecord;
+use crate::store::{KeptPayment, UserRecord};
 use sqlx::any::AnyRow;
 use sqlx::{Column, Row};
 
@@ -176,6 +176,19 @@ pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
         }
     } else {
         order
+    })
+}
+
+/// A provider's kept word, from a row of the columns its statement lists.
+pub fn payment<R: Columns>(row: &R) -> Result<KeptPayment, R::Error> {
+    let mut c = Cursor::new(row);
+    Ok(KeptPayment {
+        provider: c.text("provider")?,
+        trade_no: c.text("trade_no")?,
+        amount: c.money("amount_cents")?,
+        trade_status: c.text("trade_status")?,
+        paid: c.int("paid")? == 1,
+        received_at: c.int("received_at")?,
     })
 }
 

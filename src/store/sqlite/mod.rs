@@ -24,7 +24,8 @@ use wal_flush::WalFlush;
 
 use super::sql::{self, Dialect, Tables};
 use super::{
-    NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store, StoreResult, UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store,
+    StoreResult, UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -270,6 +271,10 @@ impl Store for SqliteStore {
         Ok(new)
     }
 
+    async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>> {
+        self.tables.payments_of(order, limit).await
+    }
+
     async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
         self.tables.refunds_due(limit).await
     }
@@ -286,6 +291,15 @@ impl Store for SqliteStore {
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         self.tables.stored_among(candidates).await
+    }
+
+    async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        self.tables.record_audit(entry).await?;
+        self.durable().await
+    }
+
+    async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
+        self.tables.audit_log(limit).await
     }
 }
 

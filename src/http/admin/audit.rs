@@ -1,0 +1,60 @@
+//! The audit log in the console: the latest changes made through the console or the admin API,
+//! newest first.
+
+use super::{AdminSession, page};
+use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::api::admin::AUDIT_SHOWN;
+use askama::Template;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+
+/// `/admin/audit`.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/admin/audit", get(audit_page))
+}
+
+/// One change in the log.
+struct AuditRow {
+    at: String,
+    actor: String,
+    action: String,
+}
+
+/// `GET /admin/audit`.
+#[derive(Template)]
+#[template(path = "admin/audit.html")]
+struct AuditPage {
+    csrf: String,
+    entries: Vec<AuditRow>,
+}
+
+async fn audit_page(
+    State(state): State<AppState>,
+    session: AdminSession,
+) -> Result<Response, ApiError> {
+    let entries = state
+        .store
+        .audit_log(AUDIT_SHOWN)
+        .await?
+        .into_iter()
+        .map(|e| AuditRow {
+            at: chrono::DateTime::from_timestamp_millis(e.at)
+                .unwrap_or_default()
+                .format("%Y-%m-%d %H:%M:%S UTC")
+                .to_string(),
+            actor: e.actor,
+            action: e.action,
+        })
+        .collect();
+    page(
+        StatusCode::OK,
+        &AuditPage {
+            csrf: session.csrf().to_owned(),
+            entries,
+        },
+    )
+}

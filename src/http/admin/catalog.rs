@@ -1,0 +1,380 @@
+//! Sale events and products in the console: the lists, creating both, changing a product and
+//! adding stock to it, all through the sale service like the admin API, so every server sees a
+//! change within a second.
+
+use super::{AdminSession, ConsoleForm, audit, mistake, page, see_other};
+use crate::domain::{Millis, Money, Product, ProductId};
+use crate::error::{ApiError, AppPath};
+use crate::http::AppState;
+use crate::http::api::admin::{
+    MAX_STOCK, datetime, image_url, per_user_limit, price, text, window,
+};
+use crate::sale::{NewProductInput, ProductChanges};
+use askama::Template;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use chrono::{DateTime, NaiveDateTime, Utc};
+
+/// `/admin/events` and `/admin/products/...`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/events", post(create_event))
+        .route("/admin/products", get(catalog).post(create_product))
+        .route("/admin/products/{id}", get(product).post(update_product))
+        .route("/admin/products/{id}/stock", post(add_stock))
+}
+
+/// The form's spelling of a time: `datetime-local`, read as UTC.
+const FORM_TIME: &str = "%Y-%m-%dT%H:%M";
+
+/// One sale event in the list.
+struct EventRow {
+    id: i64,
+    title: String,
+    starts_at: String,
+    ends_at: String,
+}
+
+/// One product in the list, or the product being edited.
+struct ProductRow {
+    id: i64,
+    event_id: String,
+    name: String,
+    image_url: String,
+    original_price: String,
+    sale_price: String,
+    stock_total: i64,
+    remaining: i64,
+    per_user_limit: u32,
+    starts_at: String,
+    ends_at: String,
+}
+
+impl ProductRow {
+    async fn new(state: &AppState, product: &Product) -> Self {
+        Self {
+            id: product.id.0,
+            event_id: product
+                .event_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+            name: product.name.clone(),
+            image_url: product.image_url.clone(),
+            original_price: product.original_price.to_string(),
+            sale_price: product.sale_price.to_string(),
+            stock_total: product.stock_total,
+            remaining: state.sale.remaining(product).await,
+            per_user_limit: product.per_user_limit,
+            starts_at: form_time(product.window.start),
+            ends_at: form_time(product.window.end),
+        }
+    }
+}
+
+/// `GET /admin/products`: every event and product, and the forms to create them.
+#[derive(Template)]
+#[template(path = "admin/catalog.html")]
+struct CatalogPage {
+    csrf: String,
+    error: Option<String>,
+    events: Vec<EventRow>,
+    products: Vec<ProductRow>,
+}
+
+/// `GET /admin/products/{id}`: one product's form and its stock.
+#[derive(Template)]
+#[template(path = "admin/product.html")]
+struct ProductPage {
+    csrf: String,
+    error: Option<String>,
+    product: ProductRow,
+}
+
+fn form_time(ms: Millis) -> String {
+    datetime(ms).format(FORM_TIME).to_string()
+}
+
+fn parse_time(value: &str, field: &str) -> Result<DateTime<Utc>, ApiError> {
+    NaiveDateTime::parse_from_str(value, FORM_TIME)
+        .or_else(|_| NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S"))
+        .map(|t| t.and_utc())
+        .map_err(|_| {
+            ApiError::invalid(
+                "invalid_window",
+                format!("{field} must be a date and time such as 2030-01-31T10:00"),
+            )
+        })
+}
+
+/// Both times of a window, or neither (`None`).
+fn optional_window(form: &ConsoleForm) -> Result<Option<crate::domain::SaleWindow>, ApiError> {
+    match (form.field("starts_at"), form.field("ends_at")) {
+        ("", "") => Ok(None),
+        (start, end) => Ok(Some(window(
+            parse_time(start, "starts_at")?,
+            parse_time(end, "ends_at")?,
+        )?)),
+    }
+}
+
+/// A price in yuan as the form spells it, "199" or "199.5" or "199.50".
+fn yuan(value: &str, field: &str) -> Result<Money, ApiError> {
+    let wrong = || {
+        ApiError::invalid(
+            "invalid_price",
+            format!("{field} must be a price such as 199.00"),
+        )
+    };
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| !s.is_empty() && s.len() <= 12 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !(fraction.is_empty() || (fraction.len() <= 2 && digits(fraction))) {
+        return Err(wrong());
+    }
+    let whole: i64 = whole.parse().map_err(|_| wrong())?;
+    let cents: i64 = format!("{fraction:0<2}").parse().map_err(|_| wrong())?;
+    price(whole * 100 + cents)
+}
+
+/// A whole number the form must give.
+fn number(value: &str, field: &str) -> Result<i64, ApiError> {
+    value
+        .parse()
+        .map_err(|_| ApiError::invalid("invalid_number", format!("{field} must be a whole number")))
+}
+
+/// A whole number the form may leave empty.
+fn optional_number(value: &str, field: &str) -> Result<Option<i64>, ApiError> {
+    (!value.is_empty())
+        .then(|| number(value, field))
+        .transpose()
+}
+
+async fn catalog_page(
+    state: &AppState,
+    session: &AdminSession,
+    status: StatusCode,
+    error: Option<String>,
+) -> Result<Response, ApiError> {
+    let events = state
+        .store
+        .events()
+        .await?
+        .into_iter()
+        .map(|e| EventRow {
+            id: e.id,
+            title: e.title,
+            starts_at: form_time(e.window.start),
+            ends_at: form_time(e.window.end),
+        })
+        .collect();
+    let mut products = Vec::new();
+    for product in state.store.products().await? {
+        products.push(ProductRow::new(state, &product).await);
+    }
+    page(
+        status,
+        &CatalogPage {
+            csrf: session.csrf().to_owned(),
+            error,
+            events,
+            products,
+        },
+    )
+}
+
+async fn catalog(
+    State(state): State<AppState>,
+    session: AdminSession,
+) -> Result<Response, ApiError> {
+    catalog_page(&state, &session, StatusCode::OK, None).await
+}
+
+/// The catalog again, with the operator's mistake shown; a server failure stays an error.
+async fn catalog_with(
+    state: &AppState,
+    form: &ConsoleForm,
+    error: ApiError,
+) -> Result<Response, ApiError> {
+    let message = mistake(error)?;
+    catalog_page(
+        state,
+        &form.session,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some(message),
+    )
+    .await
+}
+
+async fn create_event(
+    State(state): State<AppState>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let made = async {
+        let window = window(
+            parse_time(form.field("starts_at"), "starts_at")?,
+            parse_time(form.field("ends_at"), "ends_at")?,
+        )?;
+        let title = match form.field("title") {
+            "" => crate::clock::local_time_of_day(window.start),
+            title => text(title.to_owned(), "title", 100)?,
+        };
+        Ok::<_, ApiError>(state.sale.create_event(&title, window).await?)
+    }
+    .await;
+    match made {
+        Ok(event) => {
+            audit(
+                &state,
+                format!("created event {} \"{}\"", event.id, event.title),
+            )
+            .await;
+            Ok(see_other("/admin/products"))
+        }
+        Err(e) => catalog_with(&state, &form, e).await,
+    }
+}
+
+async fn create_product(
+    State(state): State<AppState>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let made = async {
+        let stock = number(form.field("stock"), "stock")?;
+        if !(0..=MAX_STOCK).contains(&stock) {
+            return Err(ApiError::invalid(
+                "invalid_stock",
+                format!("stock must be 0 to {MAX_STOCK}"),
+            ));
+        }
+        let input = NewProductInput {
+            event_id: optional_number(form.field("event_id"), "event")?,
+            name: text(form.field("name").to_owned(), "name", 200)?,
+            image_url: image_url(match form.field("image_url") {
+                "" => "/static/img/gift.svg".to_owned(),
+                url => url.to_owned(),
+            })?,
+            original_price: yuan(form.field("original_price"), "original price")?,
+            sale_price: yuan(form.field("sale_price"), "sale price")?,
+            stock,
+            per_user_limit: optional_number(form.field("per_user_limit"), "per-user limit")?
+                .map(per_user_limit)
+                .transpose()?,
+            window: optional_window(&form)?,
+        };
+        Ok(state.sale.create_product(input).await?)
+    }
+    .await;
+    match made {
+        Ok(product) => {
+            let id = product.id.0;
+            audit(&state, format!("created product {id} \"{}\"", product.name)).await;
+            Ok(see_other(&format!("/admin/products/{id}")))
+        }
+        Err(e) => catalog_with(&state, &form, e).await,
+    }
+}
+
+async fn product_page(
+    state: &AppState,
+    session: &AdminSession,
+    id: ProductId,
+    status: StatusCode,
+    error: Option<String>,
+) -> Result<Response, ApiError> {
+    let product = state
+        .sale
+        .product(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+    page(
+        status,
+        &ProductPage {
+            csrf: session.csrf().to_owned(),
+            error,
+            product: ProductRow::new(state, &product).await,
+        },
+    )
+}
+
+async fn product(
+    State(state): State<AppState>,
+    session: AdminSession,
+    AppPath(id): AppPath<i64>,
+) -> Result<Response, ApiError> {
+    product_page(&state, &session, ProductId(id), StatusCode::OK, None).await
+}
+
+/// The product's page again after a change, or with the operator's mistake shown.
+async fn after_change(
+    state: &AppState,
+    form: &ConsoleForm,
+    id: ProductId,
+    outcome: Result<String, ApiError>,
+) -> Result<Response, ApiError> {
+    match outcome {
+        Ok(action) => {
+            audit(state, action).await;
+            Ok(see_other(&format!("/admin/products/{}", id.0)))
+        }
+        Err(e) => {
+            let message = mistake(e)?;
+            product_page(
+                state,
+                &form.session,
+                id,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(message),
+            )
+            .await
+        }
+    }
+}
+
+async fn update_product(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let id = ProductId(id);
+    let outcome = async {
+        let changes = ProductChanges {
+            name: Some(text(form.field("name").to_owned(), "name", 200)?),
+            image_url: Some(image_url(form.field("image_url").to_owned())?),
+            original_price: Some(yuan(form.field("original_price"), "original price")?),
+            sale_price: Some(yuan(form.field("sale_price"), "sale price")?),
+            per_user_limit: Some(per_user_limit(number(
+                form.field("per_user_limit"),
+                "per-user limit",
+            )?)?),
+            window: optional_window(&form)?,
+        };
+        state.sale.update_product(id, changes).await?;
+        Ok(format!("changed product {}", id.0))
+    }
+    .await;
+    after_change(&state, &form, id, outcome).await
+}
+
+async fn add_stock(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let id = ProductId(id);
+    let outcome = async {
+        let units = number(form.field("quantity"), "quantity")?;
+        if !(1..=MAX_STOCK).contains(&units) {
+            return Err(ApiError::invalid(
+                "invalid_quantity",
+                format!("quantity must be 1 to {MAX_STOCK}"),
+            ));
+        }
+        state.sale.add_stock(id, units).await?;
+        Ok(format!("added {units} units to product {}", id.0))
+    }
+    .await;
+    after_change(&state, &form, id, outcome).await
+}

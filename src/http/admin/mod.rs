@@ -1,0 +1,255 @@
+//! The operator's console under `/admin`: server-rendered pages and plain HTML forms over the
+//! same sale service and checks as the admin API, for an operator with the admin token.
+//!
+//! Signing in with the admin token sets a session cookie (`HttpOnly`, `SameSite=Strict`,
+//! `Path=/admin`) holding a random session id and its expiry, signed with an HMAC keyed by the
+//! admin token, so rotating the token ends every session. Every form carries a CSRF token, the
+//! HMAC of the session id, and every POST is refused with 403 without the right one.
+
+pub mod audit;
+pub mod catalog;
+pub mod orders;
+pub mod session;
+
+use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::api::admin::record_audit;
+use askama::Template;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+use axum::http::header::COOKIE;
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::collections::HashMap;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The name of the console's session cookie.
+pub const ADMIN_COOKIE: &str = "seckill_admin";
+
+/// How long a console session lasts: a working day, so a forgotten browser does not stay
+/// signed in for long.
+pub const SESSION_TTL_MS: i64 = 12 * 3_600_000;
+
+/// Where the console sends whoever is not signed in.
+const SIGN_IN: &str = "/admin/login";
+
+/// The longest cookie value a console issues has a 32-digit id, a 20-digit time and a 32-byte
+/// signature; anything much longer was not issued here.
+const MAX_COOKIE_LEN: usize = 160;
+
+/// The most fields a console form has, with room to spare; more are ignored.
+const MAX_FORM_FIELDS: usize = 32;
+
+/// The actor the audit log names for changes made through the console.
+const CONSOLE_ACTOR: &str = "admin";
+
+/// `/admin/...`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .merge(session::router())
+        .merge(catalog::router())
+        .merge(audit::router())
+        .merge(orders::router())
+}
+
+/// The HMAC keyed by the admin token, for session cookies and CSRF tokens.
+fn keyed(state: &AppState, purpose: &[u8]) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(state.auth.admin_token.expose().as_bytes())
+        .expect("HMAC accepts keys of any length");
+    mac.update(purpose);
+    mac
+}
+
+/// A signed-in operator's session, known by the CSRF token its forms carry.
+pub struct AdminSession {
+    csrf: String,
+}
+
+impl AdminSession {
+    /// The CSRF token of the session with this id.
+    fn for_id(state: &AppState, id: &str) -> Self {
+        let mut mac = keyed(state, b"csrf:");
+        mac.update(id.as_bytes());
+        Self {
+            csrf: B64.encode(mac.finalize().into_bytes()),
+        }
+    }
+
+    /// The CSRF token every form of this session carries.
+    pub fn csrf(&self) -> &str {
+        &self.csrf
+    }
+
+    /// A new session: the `Set-Cookie` value that starts it.
+    fn start(state: &AppState) -> String {
+        let id: String = rand::random::<[u8; 16]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let expires_at = state.sale.now() + SESSION_TTL_MS;
+        let payload = format!("{id}:{expires_at}");
+        let mut mac = keyed(state, b"session:");
+        mac.update(payload.as_bytes());
+        let value = format!(
+            "{}.{}",
+            B64.encode(&payload),
+            B64.encode(mac.finalize().into_bytes())
+        );
+        cookie(state, &value, SESSION_TTL_MS / 1000)
+    }
+
+    /// The session a cookie value proves: well formed, signed with the current admin token and
+    /// not expired.
+    fn verify(state: &AppState, value: &str) -> Option<Self> {
+        if value.len() > MAX_COOKIE_LEN {
+            return None;
+        }
+        let (payload, sig) = value.split_once('.')?;
+        let payload = B64.decode(payload).ok()?;
+        let mut mac = keyed(state, b"session:");
+        mac.update(&payload);
+        mac.verify_slice(&B64.decode(sig).ok()?).ok()?;
+        let (id, expires_at) = std::str::from_utf8(&payload).ok()?.split_once(':')?;
+        let expires_at: i64 = expires_at.parse().ok()?;
+        (state.sale.now() < expires_at).then(|| Self::for_id(state, id))
+    }
+
+    /// Whether a form's CSRF token is this session's, compared in constant time.
+    fn accepts(&self, presented: &str) -> bool {
+        let (a, b) = (self.csrf.as_bytes(), presented.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+/// The `Set-Cookie` value of the console's session cookie.
+fn cookie(state: &AppState, value: &str, max_age_secs: i64) -> String {
+    let secure = if state.secure_cookies { "; Secure" } else { "" };
+    format!(
+        "{ADMIN_COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"
+    )
+}
+
+/// The `Set-Cookie` value that ends the session in the browser.
+fn ending_cookie(state: &AppState) -> String {
+    cookie(state, "", 0)
+}
+
+fn session_cookie(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == ADMIN_COOKIE).then_some(value)
+        })
+}
+
+impl<S> FromRequestParts<S> for AdminSession
+where
+    S: Send + Sync,
+    AppState: FromRef<S>,
+{
+    /// Whoever is not signed in is sent to the sign-in form.
+    type Rejection = Redirect;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let state = AppState::from_ref(state);
+        session_cookie(parts)
+            .and_then(|value| Self::verify(&state, value))
+            .ok_or_else(|| Redirect::to(SIGN_IN))
+    }
+}
+
+/// A console form posted by a signed-in operator with the right CSRF token. Fields are kept as
+/// text, so a missing or garbled field is the handler's to explain on the form, after the CSRF
+/// check, never a rejection before it.
+pub struct ConsoleForm {
+    pub session: AdminSession,
+    fields: HashMap<String, String>,
+}
+
+impl ConsoleForm {
+    /// A field's value, trimmed; empty when the form did not send it.
+    pub fn field(&self, name: &str) -> &str {
+        self.fields.get(name).map_or("", |v| v.trim())
+    }
+}
+
+impl FromRequest<AppState> for ConsoleForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = request.into_parts();
+        let session = AdminSession::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let fields: HashMap<String, String> = form_urlencoded::parse(&body)
+            .take(MAX_FORM_FIELDS)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let presented = fields.get("csrf").map_or("", String::as_str);
+        if !session.accepts(presented) {
+            return Err(ApiError::client(
+                StatusCode::FORBIDDEN,
+                "bad_csrf_token",
+                "the form's CSRF token is missing or wrong: reload the page and try again",
+            )
+            .into_response());
+        }
+        Ok(Self { session, fields })
+    }
+}
+
+/// A console page: never cached, since it carries the session's CSRF token.
+fn page(status: StatusCode, template: &impl Template) -> Result<Response, ApiError> {
+    let html = template.render().map_err(anyhow::Error::from)?;
+    Ok((
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response())
+}
+
+/// After a change, the page to look at it (post, redirect, get).
+fn see_other(location: &str) -> Response {
+    Redirect::to(location).into_response()
+}
+
+/// A response that also sets the console's session cookie.
+fn with_cookie(mut response: Response, cookie: &str) -> Result<Response, ApiError> {
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(cookie).map_err(anyhow::Error::from)?,
+    );
+    Ok(response)
+}
+
+/// The message of an operator's mistake, to show on the form; a server failure stays an error.
+fn mistake(error: ApiError) -> Result<String, ApiError> {
+    match error {
+        ApiError::Client { message, .. } => Ok(message.into_owned()),
+        other => Err(other),
+    }
+}
+
+/// Writes a change made through the console to the audit log.
+async fn audit(state: &AppState, action: String) {
+    record_audit(state, CONSOLE_ACTOR, action).await;
+}

@@ -1,0 +1,64 @@
+//! Signing in to the console with the admin token, and signing out.
+
+use super::{AdminSession, ConsoleForm, SIGN_IN, ending_cookie, page, see_other, with_cookie};
+use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::client_ip::ClientIp;
+use askama::Template;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+
+/// `/admin`, `/admin/login`, `/admin/logout`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin", get(home))
+        .route(SIGN_IN, get(sign_in_page).post(sign_in))
+        .route("/admin/logout", post(sign_out))
+}
+
+/// The sign-in form.
+#[derive(Template)]
+#[template(path = "admin/login.html")]
+struct SignInPage {
+    error: Option<&'static str>,
+}
+
+/// The console's first page is the catalog; whoever is not signed in goes to the form.
+async fn home(_: AdminSession) -> Response {
+    see_other("/admin/products")
+}
+
+async fn sign_in_page() -> Result<Response, ApiError> {
+    page(StatusCode::OK, &SignInPage { error: None })
+}
+
+/// Checks the admin token, under the same per-address throttle as every sign-in.
+async fn sign_in(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    state.limits.check_ip(ip)?;
+    let token = form_urlencoded::parse(&body)
+        .find(|(name, _)| name == "token")
+        .map(|(_, value)| value.trim().to_owned())
+        .unwrap_or_default();
+    if token.is_empty() || !state.auth.admin_token.matches(&token) {
+        return page(
+            StatusCode::UNAUTHORIZED,
+            &SignInPage {
+                error: Some("That is not the admin token."),
+            },
+        );
+    }
+    with_cookie(see_other("/admin/products"), &AdminSession::start(&state))
+}
+
+/// Ends the session: the browser forgets its cookie.
+async fn sign_out(State(state): State<AppState>, _: ConsoleForm) -> Result<Response, ApiError> {
+    with_cookie(see_other(SIGN_IN), &ending_cookie(&state))
+}

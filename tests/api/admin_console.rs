@@ -1,0 +1,312 @@
+//! The operator's console over HTTP, as a browser uses it: signing in with the admin token,
+//! CSRF tokens on every form, creating a product and adding stock, the audit log, signing out.
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder, rfc3339};
+use reqwest::{Client, StatusCode};
+
+/// A browser: keeps cookies and follows redirects.
+fn browser() -> Client {
+    client_builder().cookie_store(true).build().unwrap()
+}
+
+/// The CSRF token of the first form on a page.
+fn csrf_of(page: &str) -> String {
+    let start = page
+        .find(r#"name="csrf" value=""#)
+        .expect("a form with a CSRF token")
+        + 19;
+    page[start..].split('"').next().unwrap().to_owned()
+}
+
+/// A console time, `datetime-local` in UTC, `offset_ms` from the server's now.
+fn form_time(app: &TestApp, offset_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(app.state.sale.now() + offset_ms)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M")
+        .to_string()
+}
+
+async fn sign_in(app: &TestApp, browser: &Client, token: &str) -> reqwest::Response {
+    browser
+        .post(app.url("/admin/login"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused_and_the_console_stays_closed() {
+    let app = TestApp::spawn().await;
+    app.live_product(5, 1).await;
+    let browser = browser();
+    let refused = sign_in(&app, &browser, "not-the-admin-token").await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("not the admin token")
+    );
+    let page = browser
+        .get(app.url("/admin/products"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.url().path(), "/admin/login");
+    assert!(!page.text().await.unwrap().contains("Test phone"));
+}
+
+#[tokio::test]
+async fn the_console_changes_the_catalog_under_csrf_and_keeps_an_audit_log() {
+    let app = TestApp::spawn().await;
+    let browser = browser();
+    let existing = app.live_product(5, 1).await;
+
+    let listed = sign_in(&app, &browser, ADMIN_TOKEN).await;
+    assert_eq!(listed.url().path(), "/admin/products");
+    let listed = listed.text().await.unwrap();
+    assert!(listed.contains(&format!("/admin/products/{existing}")));
+    let csrf = csrf_of(&listed);
+
+    let product_form = |csrf: Option<&str>| {
+        let mut fields = vec![
+            ("name", "Console kettle".to_owned()),
+            ("original_price", "199".to_owned()),
+            ("sale_price", "99.50".to_owned()),
+            ("stock", "5".to_owned()),
+            ("per_user_limit", "2".to_owned()),
+            ("starts_at", form_time(&app, -120_000)),
+            ("ends_at", form_time(&app, 3_600_000)),
+        ];
+        if let Some(csrf) = csrf {
+            fields.push(("csrf", csrf.to_owned()));
+        }
+        browser.post(app.url("/admin/products")).form(&fields)
+    };
+    for forged in [None, Some("forged")] {
+        let refused = product_form(forged).send().await.unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    }
+    assert!(
+        !browser
+            .get(app.url("/admin/products"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .contains("Console kettle"),
+        "a refused form changes nothing"
+    );
+
+    let created = product_form(Some(&csrf)).send().await.unwrap();
+    assert_eq!(created.status(), StatusCode::OK);
+    let id: i64 = created
+        .url()
+        .path()
+        .strip_prefix("/admin/products/")
+        .and_then(|id| id.parse().ok())
+        .expect("the new product's page");
+    let shown = app.product(id).await;
+    assert_eq!(shown["name"], "Console kettle");
+    assert_eq!(shown["sale_price_cents"], 9_950);
+    assert_eq!(shown["remaining"], 5);
+
+    let added = browser
+        .post(app.url(&format!("/admin/products/{id}/stock")))
+        .form(&[("quantity", "3"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), StatusCode::OK);
+    assert!(
+        added
+            .text()
+            .await
+            .unwrap()
+            .contains("<b data-remaining>8</b>")
+    );
+    assert_eq!(app.product(id).await["remaining"], 8);
+
+    let log = browser.get(app.url("/admin/audit")).send().await.unwrap();
+    let log = log.text().await.unwrap();
+    let stock_at = log
+        .find(&format!("added 3 units to product {id}"))
+        .expect("the stock change");
+    let created_at = log
+        .find(&format!("created product {id} &#34;Console kettle&#34;"))
+        .or_else(|| log.find(&format!("created product {id} &quot;Console kettle&quot;")))
+        .expect("the new product");
+    let api_at = log
+        .find(&format!("created product {existing}"))
+        .expect("the API's change");
+    assert!(
+        stock_at < created_at && created_at < api_at,
+        "newest first: {log}"
+    );
+
+    let signed_out = browser
+        .post(app.url("/admin/logout"))
+        .form(&[("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_out.url().path(), "/admin/login");
+    let after = browser.get(app.url("/admin/audit")).send().await.unwrap();
+    assert_eq!(after.url().path(), "/admin/login");
+}
+
+#[tokio::test]
+async fn the_console_finds_an_order_by_its_id_and_by_its_buyer() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(5, 1).await;
+    let buyer = app.users(1).await.remove(0);
+    let (status, placed) = app.buy(&buyer, product, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{placed}");
+    let order = placed["order_id"].as_str().unwrap().to_owned();
+    app.settle().await;
+    let browser = browser();
+    sign_in(&app, &browser, ADMIN_TOKEN).await;
+
+    let find = |query: String| {
+        let browser = browser.clone();
+        let url = app.url(&format!("/admin/orders?{query}"));
+        async move {
+            let response = browser.get(url).send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    let (status, by_id) = find(format!("order={order}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(by_id.contains(&format!("<td>{order}</td>")), "{by_id}");
+    assert!(by_id.contains("<td data-status>awaiting_payment</td>"));
+    let start = by_id.find(&format!("<td>{order}</td><td>")).unwrap() + order.len() + 13;
+    let user_id: i64 = by_id[start..].split('<').next().unwrap().parse().unwrap();
+
+    let (status, by_user) = find(format!("user={user_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(by_user.contains(&format!("<td>{order}</td>")));
+    let (_, someone_else) = find(format!("user={}", user_id + 1)).await;
+    assert!(!someone_else.contains(&format!("<td>{order}</td>")));
+    assert!(someone_else.contains("No such orders."));
+    let (status, garbled) = find("order=12x".into()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(garbled.contains("An order id is a whole number."));
+}
+
+#[tokio::test]
+async fn the_admin_api_lists_events_products_and_the_audit_log_for_the_admin_only() {
+    let app = TestApp::spawn().await;
+    let now = app.state.sale.now();
+    let (status, event) = app
+        .admin_post(
+            "/api/v1/admin/events",
+            serde_json::json!({ "title": "Night", "starts_at": rfc3339(now + 60_000), "ends_at": rfc3339(now + 120_000) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{event}");
+    let product = app.live_product(5, 1).await;
+    for path in [
+        "/api/v1/admin/events",
+        "/api/v1/admin/products",
+        "/api/v1/admin/audit",
+    ] {
+        let (status, _) = app.get_json(path).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let admin_get = |path: &'static str| app.get_json_as(ADMIN_TOKEN, path);
+    let (status, events) = admin_get("/api/v1/admin/events").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(events, serde_json::json!([event]));
+    let (_, products) = admin_get("/api/v1/admin/products").await;
+    assert_eq!(products[0]["id"], product);
+    assert_eq!(products[0]["remaining"], 5);
+    let (_, log) = admin_get("/api/v1/admin/audit").await;
+    let actions: Vec<&str> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            format!("created product {product} \"Test phone\""),
+            format!("created event {} \"Night\"", event["id"]),
+        ]
+    );
+    let actor = log[0]["actor"].as_str().unwrap();
+    assert!(actor.starts_with("token ") && actor.len() == 14, "{actor}");
+    assert!(!actor.contains(ADMIN_TOKEN));
+}
+
+#[tokio::test]
+async fn the_console_changes_a_product_and_explains_a_refused_change() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(5, 1).await;
+    let browser = browser();
+    let page = sign_in(&app, &browser, ADMIN_TOKEN)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_of(&page);
+    let change = |sale_price: &'static str| {
+        browser
+            .post(app.url(&format!("/admin/products/{product}")))
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("name", "Renamed phone"),
+                ("image_url", "/static/img/gift.svg"),
+                ("original_price", "100.00"),
+                ("sale_price", sale_price),
+                ("per_user_limit", "3"),
+                ("starts_at", ""),
+                ("ends_at", ""),
+            ])
+            .send()
+    };
+    let refused = change("100.01").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("cannot exceed the original price")
+    );
+    assert_eq!(app.product(product).await["name"], "Test phone");
+
+    let changed = change("39.9").await.unwrap();
+    assert_eq!(changed.status(), StatusCode::OK);
+    assert_eq!(changed.url().path(), format!("/admin/products/{product}"));
+    let shown = app.product(product).await;
+    assert_eq!(
+        (
+            &shown["name"],
+            &shown["sale_price_cents"],
+            &shown["per_user_limit"]
+        ),
+        (
+            &serde_json::json!("Renamed phone"),
+            &serde_json::json!(3_990),
+            &serde_json::json!(3)
+        )
+    );
+    let log = browser
+        .get(app.url("/admin/audit"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        log.matches(&format!("changed product {product}")).count(),
+        1,
+        "{log}"
+    );
+}
