@@ -11,9 +11,10 @@ use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use metrics::{Label, SharedString};
+use metrics::{Counter, Histogram, Label};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 /// Upper bounds of the latency histograms' buckets, in seconds: from a buy answered from
@@ -83,17 +84,73 @@ pub async fn track(route: MatchedPath, request: Request, next: Next) -> Response
     let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    // Shared strings: the two metrics' keys take the same values without copying them.
-    let shared = |value: &str| SharedString::from_shared(Arc::<str>::from(value));
-    let labels = [
-        Label::from_static_parts("method", method),
-        Label::new("route", shared(route.as_str())),
-        Label::new("status", shared(response.status().as_str())),
-    ];
-    metrics::counter!("seckill_http_requests_total", labels.iter()).increment(1);
-    metrics::histogram!("seckill_http_request_duration_seconds", labels.iter())
-        .record(started.elapsed().as_secs_f64());
+    let took = started.elapsed().as_secs_f64();
+    let status = response.status().as_u16();
+    if !ROUTES.record(method, route.as_str(), status, took) {
+        ROUTES.register(method, route.as_str(), status).record(took);
+    }
     response
+}
+
+/// One route's request counter and latency histogram for one method and status.
+struct RouteMetrics {
+    method: &'static str,
+    status: u16,
+    requests: Counter,
+    duration: Histogram,
+}
+
+impl RouteMetrics {
+    fn record(&self, seconds: f64) {
+        self.requests.increment(1);
+        self.duration.record(seconds);
+    }
+}
+
+/// Every route's metrics, registered with the recorder once each: finding a metric by its
+/// labels builds and hashes a key of them on every call, which costs more than answering
+/// `/healthz`. Bounded by the routes times the methods and statuses they answer with.
+#[derive(Default)]
+struct Routes(RwLock<HashMap<Box<str>, Vec<Arc<RouteMetrics>>>>);
+
+static ROUTES: LazyLock<Routes> = LazyLock::new(Routes::default);
+
+impl Routes {
+    /// Records a request whose metrics are registered; false when they are not yet.
+    fn record(&self, method: &'static str, route: &str, status: u16, seconds: f64) -> bool {
+        let routes = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let found = routes.get(route).and_then(|kinds| {
+            kinds
+                .iter()
+                .find(|kind| kind.method == method && kind.status == status)
+        });
+        found.map(|kind| kind.record(seconds)).is_some()
+    }
+
+    /// Registers (once) and returns the metrics of a method, route and status.
+    fn register(&self, method: &'static str, route: &str, status: u16) -> Arc<RouteMetrics> {
+        let mut routes = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let kinds = routes.entry(route.into()).or_default();
+        if let Some(kind) = kinds
+            .iter()
+            .find(|kind| kind.method == method && kind.status == status)
+        {
+            return kind.clone();
+        }
+        let labels = [
+            Label::from_static_parts("method", method),
+            Label::new("route", route.to_owned()),
+            Label::new("status", status.to_string()),
+        ];
+        let kind = Arc::new(RouteMetrics {
+            method,
+            status,
+            requests: metrics::counter!("seckill_http_requests_total", labels.iter()),
+            duration: metrics::histogram!("seckill_http_request_duration_seconds", labels.iter()),
+        });
+        kinds.push(kind.clone());
+        kind
+    }
 }
 
 /// The method as a label value: the methods the routes take, and `other` for any other, so a
