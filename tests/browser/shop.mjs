@@ -1,6 +1,7 @@
 // The shop driven in Debian's headless Chromium (scripts/browser-test starts the server):
 // register, buy in the live sale, pay on the sandbox checkout, see the order paid; the
-// operator creates a product that appears on the sale page and sells out; the language switch.
+// operator creates a product that appears on the sale page, opens on its countdown and sells
+// out; the language switch.
 // Usage: node tests/browser/shop.mjs <base-url>; screenshots go to $SECKILL_SCREENSHOTS.
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
@@ -91,12 +92,21 @@ async function buyAndPay(page) {
   check((await row.getAttribute('data-status')) === 'paid', 'the order is paid on /orders');
 }
 
-// The operator signs in and creates a one-piece product in the live event; it appears on the
-// sale page, a shopper buys it, and after that the page shows it sold out.
+// The console's time fields take whole minutes, in UTC.
+const minuteField = (ms) => new Date(ms).toISOString().slice(0, 16);
+
+// The operator signs in and creates a one-piece product in the live event whose sale opens at
+// the next minute; it appears on the sale page counting down, the buy button comes alive at
+// the start without a reload, a shopper buys it, and after that the page shows it sold out.
 async function adminProductSellsOut(page) {
   await page.goto(base + '/');
   const eventId = await page.locator('body').getAttribute('data-event-id');
   check(/^\d+$/.test(eventId || ''), 'the sale page selects the live event');
+  // The product's window: from the first whole minute at least 5 s away to the event's end.
+  const startsAt = Math.ceil((Date.now() + 5000) / 60000) * 60000;
+  const eventEnd = Number(await page.locator('[data-event-clock]').getAttribute('data-ends-at-ms'));
+  const endsAt = Math.floor(eventEnd / 60000) * 60000;
+  check(endsAt > startsAt, 'the live event lasts past the next minute');
 
   await page.goto(base + '/admin');
   await screenshots(page, 'admin-login');
@@ -110,14 +120,23 @@ async function adminProductSellsOut(page) {
   await form.locator('input[name="original_price"]').fill('99.00');
   await form.locator('input[name="sale_price"]').fill('9.90');
   await form.locator('input[name="stock"]').fill('1');
+  await form.locator('input[name="starts_at"]').fill(minuteField(startsAt));
+  await form.locator('input[name="ends_at"]').fill(minuteField(endsAt));
   await Promise.all([page.waitForLoadState('load'), form.locator('button[type="submit"]').click()]);
-  check((await page.locator('[role="alert"]').count()) === 0, 'the console takes the new product without an error');
+  const refusal = await page.locator('[role="alert"]').allTextContents();
+  check(refusal.length === 0, 'the console takes the new product' + (refusal.length ? ': ' + refusal.join(' ') : ''));
   check(await page.getByText(name).count() > 0, 'the console lists the new product');
   await screenshots(page, 'admin-products');
 
   await page.goto(base + '/?event=' + eventId);
   const card = page.locator('article[data-product-id]').filter({ has: page.getByText(name, { exact: true }) });
   check((await card.count()) === 1, 'the new product appears on the sale page');
+  const button = card.locator('button[data-buy]');
+  check((await card.getAttribute('data-status')) === 'upcoming' && (await button.isDisabled()), 'before its start the product cannot be bought');
+  check(/\d\d:\d\d/.test(await card.locator('[data-countdown]').textContent()), 'the card counts down to the start');
+  await screenshots(page, 'sale-countdown');
+  await page.waitForFunction((el) => !el.disabled, await button.elementHandle(), { timeout: startsAt - Date.now() + TIMEOUT });
+  check(Date.now() >= startsAt - 1000, 'the buy button comes alive at the start, without a reload');
   await buy(page, card);
   await reloadUntil(page, async () => (await card.getAttribute('class')).includes('is-soldout'), 'the product sold out');
   const badge = card.locator('[data-stock-badge]');
