@@ -24,11 +24,14 @@ function check(cond, what) {
   console.log('ok: ' + what);
 }
 
-// A full-page screenshot of the page as it is, once per viewport, then back to the first.
+// A full-page screenshot of the page as it is, once per viewport, then back to the first; at
+// each size the page must fit the screen's width (nothing to scroll sideways on a phone).
 async function screenshots(page, name) {
   const original = page.viewportSize();
   for (const [kind, size] of Object.entries(VIEWPORTS)) {
     await page.setViewportSize(size);
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+    check(wide <= size.width, `${name} fits a ${kind} screen (${wide} of ${size.width} px)`);
     await page.screenshot({ path: join(shots, `${name}-${kind}.png`), fullPage: true });
   }
   await page.setViewportSize(original);
