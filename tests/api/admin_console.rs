@@ -312,25 +312,28 @@ async fn the_console_changes_a_product_and_explains_a_refused_change() {
     );
 }
 
-/// The first `data:` line of a server-sent event stream, as JSON, waiting at most 10 s.
-async fn first_event(mut stream: reqwest::Response) -> serde_json::Value {
+/// The `data:` lines, as JSON, of the first `n` events of a server-sent event stream, waiting
+/// at most 10 s.
+async fn events(mut stream: reqwest::Response, n: usize) -> Vec<serde_json::Value> {
     let read = async {
         let mut text = String::new();
         while let Some(chunk) = stream.chunk().await.unwrap() {
             text.push_str(std::str::from_utf8(&chunk).unwrap());
-            if let Some(line) = text
+            let whole = text.rsplit_once("\n\n").map_or("", |(whole, _)| whole);
+            let data: Vec<serde_json::Value> = whole
                 .lines()
-                .find(|l| l.starts_with("data:"))
-                .filter(|_| text.contains("\n\n"))
-            {
-                return serde_json::from_str(line["data:".len()..].trim()).unwrap();
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| serde_json::from_str(d.trim()).unwrap())
+                .collect();
+            if data.len() >= n {
+                return data;
             }
         }
-        panic!("the stream ended before its first event: {text}");
+        panic!("the stream ended before {n} events: {text}");
     };
     tokio::time::timeout(std::time::Duration::from_secs(10), read)
         .await
-        .expect("an event within 10 s")
+        .expect("the events within 10 s")
 }
 
 #[tokio::test]
@@ -403,7 +406,9 @@ async fn the_dashboard_stream_counts_sold_and_refused_buys() {
             .unwrap()
             .starts_with("text/event-stream")
     );
-    let event = first_event(stream).await;
+    let mut received = events(stream, 2).await;
+    assert!(received[1]["at"].as_i64() > received[0]["at"].as_i64());
+    let event = received.swap_remove(0);
     let line = event["products"]
         .as_array()
         .unwrap()
