@@ -7,7 +7,7 @@ use super::catalog::Entry;
 use crate::domain::{Millis, Order, OrderId, OrderStatus, ProductId, Quantity, UserId};
 use crate::gate::{GateError, Rejection};
 use crate::store::Persisted;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why a buy did not produce an order.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +30,9 @@ impl SaleService {
         quantity: Quantity,
     ) -> Result<Order, BuyError> {
         let bought = self.buy_once(user, product_id, quantity).await;
-        count_outcome(&bought);
+        let outcome = Outcome::of(&bought);
+        outcome.count();
+        self.tally.0[outcome as usize].fetch_add(1, Ordering::Relaxed);
         bought
     }
 
@@ -159,29 +161,109 @@ impl SaleService {
     }
 }
 
-/// Counts a buy under its outcome (`seckill_buys_total`). One literal key per outcome: the
-/// recorder finds it without building a label on the buy path.
-fn count_outcome(bought: &Result<Order, BuyError>) {
-    let counter = match bought {
-        Ok(_) => metrics::counter!("seckill_buys_total", "outcome" => "accepted"),
-        Err(BuyError::UnknownProduct) => {
-            metrics::counter!("seckill_buys_total", "outcome" => "unknown_product")
+/// How a buy ended, one per `outcome` label of `seckill_buys_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Accepted,
+    UnknownProduct,
+    SoldOut,
+    LimitReached,
+    NotStarted,
+    Ended,
+    Unavailable,
+}
+
+impl Outcome {
+    /// Every outcome, in the order of the tally's slots.
+    const ALL: [Self; 7] = [
+        Self::Accepted,
+        Self::UnknownProduct,
+        Self::SoldOut,
+        Self::LimitReached,
+        Self::NotStarted,
+        Self::Ended,
+        Self::Unavailable,
+    ];
+
+    fn of(bought: &Result<Order, BuyError>) -> Self {
+        match bought {
+            Ok(_) => Self::Accepted,
+            Err(BuyError::UnknownProduct) => Self::UnknownProduct,
+            Err(BuyError::Rejected(Rejection::SoldOut { .. })) => Self::SoldOut,
+            Err(BuyError::Rejected(Rejection::LimitReached)) => Self::LimitReached,
+            Err(BuyError::Rejected(Rejection::NotLoaded | Rejection::NotStarted)) => {
+                Self::NotStarted
+            }
+            Err(BuyError::Rejected(Rejection::Ended)) => Self::Ended,
+            Err(BuyError::Unavailable(_)) => Self::Unavailable,
         }
-        Err(BuyError::Rejected(Rejection::SoldOut { .. })) => {
-            metrics::counter!("seckill_buys_total", "outcome" => "sold_out")
+    }
+
+    /// The label value, as `/metrics` and the dashboard name it.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::UnknownProduct => "unknown_product",
+            Self::SoldOut => "sold_out",
+            Self::LimitReached => "limit_reached",
+            Self::NotStarted => "not_started",
+            Self::Ended => "ended",
+            Self::Unavailable => "unavailable",
         }
-        Err(BuyError::Rejected(Rejection::LimitReached)) => {
-            metrics::counter!("seckill_buys_total", "outcome" => "limit_reached")
+    }
+
+    /// Counts a buy under its outcome (`seckill_buys_total`). One literal key per outcome: the
+    /// recorder finds it without building a label on the buy path.
+    fn count(self) {
+        let counter = match self {
+            Self::Accepted => metrics::counter!("seckill_buys_total", "outcome" => "accepted"),
+            Self::UnknownProduct => {
+                metrics::counter!("seckill_buys_total", "outcome" => "unknown_product")
+            }
+            Self::SoldOut => metrics::counter!("seckill_buys_total", "outcome" => "sold_out"),
+            Self::LimitReached => {
+                metrics::counter!("seckill_buys_total", "outcome" => "limit_reached")
+            }
+            Self::NotStarted => metrics::counter!("seckill_buys_total", "outcome" => "not_started"),
+            Self::Ended => metrics::counter!("seckill_buys_total", "outcome" => "ended"),
+            Self::Unavailable => {
+                metrics::counter!("seckill_buys_total", "outcome" => "unavailable")
+            }
+        };
+        counter.increment(1);
+    }
+}
+
+/// This process's buys by outcome since it started, for the console's dashboard, which needs
+/// them without a metrics recorder installed.
+#[derive(Debug, Default)]
+pub(super) struct BuyTally([AtomicU64; Outcome::ALL.len()]);
+
+/// Buys by outcome since the process started: `(outcome, count)`, accepted first.
+pub type BuyCounts = Vec<(&'static str, u64)>;
+
+impl SaleService {
+    /// This process's buys by outcome since it started (the `outcome` labels of
+    /// `seckill_buys_total`), so the dashboard can show buys per second and refusals by reason.
+    pub fn buy_counts(&self) -> BuyCounts {
+        Outcome::ALL
+            .iter()
+            .map(|&o| (o.label(), self.tally.0[o as usize].load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_outcome_has_its_own_slot_in_order() {
+        for (slot, outcome) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*outcome as usize, slot);
         }
-        Err(BuyError::Rejected(Rejection::NotLoaded | Rejection::NotStarted)) => {
-            metrics::counter!("seckill_buys_total", "outcome" => "not_started")
-        }
-        Err(BuyError::Rejected(Rejection::Ended)) => {
-            metrics::counter!("seckill_buys_total", "outcome" => "ended")
-        }
-        Err(BuyError::Unavailable(_)) => {
-            metrics::counter!("seckill_buys_total", "outcome" => "unavailable")
-        }
-    };
-    counter.increment(1);
+        let labels: HashSet<_> = Outcome::ALL.iter().map(|o| o.label()).collect();
+        assert_eq!(labels.len(), Outcome::ALL.len());
+    }
 }

@@ -11,7 +11,7 @@ mod payments;
 mod reconcile;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
-pub use buy::BuyError;
+pub use buy::{BuyCounts, BuyError};
 pub use durability::Durability;
 pub use orders::{OrderError, PaymentQueue, QueuedPayment};
 pub use payments::{PayLink, Settled};
@@ -68,6 +68,8 @@ pub struct SaleService {
     preheat_lock: tokio::sync::Mutex<()>,
     payments: Option<Arc<dyn PaymentQueue>>,
     provider: Option<Arc<dyn PaymentProvider>>,
+    /// Buys by outcome since the process started.
+    tally: buy::BuyTally,
 }
 
 impl SaleService {
@@ -85,6 +87,7 @@ impl SaleService {
             preheat_lock: tokio::sync::Mutex::new(()),
             payments: parts.payments,
             provider: parts.provider,
+            tally: buy::BuyTally::default(),
         });
         service.refresh_catalog().await?;
         service.preheat_due().await?;
@@ -122,14 +125,20 @@ impl SaleService {
     pub async fn units_in_flight(&self) -> anyhow::Result<i64> {
         let mut total = 0;
         for id in self.product_ids() {
-            if let (Some(left), Some(product)) = (
-                self.gate.remaining(id).await?,
-                self.store.product(id).await?,
-            ) {
-                total += product.stock - left;
+            if let Some(product) = self.store.product(id).await? {
+                total += self.units_in_flight_of(&product).await?;
             }
         }
         Ok(total)
+    }
+
+    /// [`units_in_flight`](Self::units_in_flight) for one product as the database last showed
+    /// it: zero when the gate does not hold it.
+    pub async fn units_in_flight_of(&self, product: &Product) -> anyhow::Result<i64> {
+        Ok(match self.gate.remaining(product.id).await? {
+            Some(left) => product.stock - left,
+            None => 0,
+        })
     }
 
     /// The current time, as the service sees it.

@@ -237,6 +237,9 @@ pub trait Store: Send + Sync + 'static {
     async fn mark_refunded(&self, id: OrderId, now: Millis) -> StoreResult<bool>;
     /// A product's cancelled orders: a rebuilt gate must not take their stock back again.
     async fn cancelled_orders(&self, product: ProductId) -> StoreResult<Vec<OrderId>>;
+    /// Units of `product` in orders that are paid (not cancelled since), for the console's
+    /// dashboard.
+    async fn paid_units(&self, product: ProductId) -> StoreResult<i64>;
     /// Which of `candidates` are stored.
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>>;
 

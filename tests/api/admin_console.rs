@@ -1,5 +1,6 @@
 //! The operator's console over HTTP, as a browser uses it: signing in with the admin token,
-//! CSRF tokens on every form, creating a product and adding stock, the audit log, signing out.
+//! CSRF tokens on every form, creating a product and adding stock, the audit log, signing out,
+//! and the live dashboard with its stream.
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder, rfc3339};
 use reqwest::{Client, StatusCode};
@@ -309,4 +310,132 @@ async fn the_console_changes_a_product_and_explains_a_refused_change() {
         1,
         "{log}"
     );
+}
+
+/// The `data:` lines, as JSON, of the first `n` events of a server-sent event stream, waiting
+/// at most 10 s.
+async fn events(mut stream: reqwest::Response, n: usize) -> Vec<serde_json::Value> {
+    let read = async {
+        let mut text = String::new();
+        while let Some(chunk) = stream.chunk().await.unwrap() {
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+            let whole = text.rsplit_once("\n\n").map_or("", |(whole, _)| whole);
+            let data: Vec<serde_json::Value> = whole
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| serde_json::from_str(d.trim()).unwrap())
+                .collect();
+            if data.len() >= n {
+                return data;
+            }
+        }
+        panic!("the stream ended before {n} events: {text}");
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("the events within 10 s")
+}
+
+#[tokio::test]
+async fn the_dashboard_needs_a_session() {
+    let app = TestApp::spawn().await;
+    let browser = browser();
+    let page = browser
+        .get(app.url("/admin/dashboard"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        page.url().path().ends_with("/admin/login"),
+        "{}",
+        page.url()
+    );
+    let stream = client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(app.url("/admin/dashboard/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::SEE_OTHER);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_dashboard_stream_counts_sold_and_refused_buys() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(5, 1).await;
+    let buyers = app.users(2).await;
+    let orders = app.buy_each(&buyers, product).await;
+    let paid = seckill::domain::OrderId(orders[0].1.parse().unwrap());
+    assert!(
+        app.state
+            .store
+            .mark_paid(paid, app.state.sale.now())
+            .await
+            .unwrap()
+    );
+    let (status, _) = app.buy(&buyers[0], product, 1).await;
+    assert_ne!(status, StatusCode::ACCEPTED);
+
+    let browser = browser();
+    sign_in(&app, &browser, ADMIN_TOKEN).await;
+    let page = browser
+        .get(app.url("/admin/dashboard"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(&format!(r#"data-product="{product}""#)),
+        "{html}"
+    );
+    assert!(html.contains(r#"src="/static/admin.js""#));
+
+    let stream = browser
+        .get(app.url("/admin/dashboard/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    assert!(
+        stream.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    // Three events span two of the server's parking ticks: an open stream is never parked.
+    let mut received = events(stream, 3).await;
+    assert!(received[2]["at"].as_i64() > received[0]["at"].as_i64());
+    let event = received.swap_remove(0);
+    let line = event["products"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == product)
+        .unwrap_or_else(|| panic!("product {product} on the dashboard: {event}"));
+    assert_eq!(line["sold"], 2, "{line}");
+    assert_eq!(line["remaining"], 3, "{line}");
+    assert_eq!(line["in_flight"], 0, "{line}");
+    assert_eq!(line["paid"], 1, "{line}");
+    let count = |outcome: &str| {
+        event["buys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b[0] == outcome)
+            .map(|b| b[1].clone())
+    };
+    assert_eq!(count("accepted"), Some(2.into()), "{event}");
+    assert_eq!(count("limit_reached"), Some(1.into()), "{event}");
+
+    let script = browser
+        .get(app.url("/static/admin.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(script.status(), StatusCode::OK);
+    app.stop().await;
 }

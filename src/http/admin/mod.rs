@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod catalog;
+pub mod dashboard;
 pub mod orders;
 pub mod session;
 
@@ -57,6 +58,7 @@ pub fn router() -> Router<AppState> {
         .merge(catalog::router())
         .merge(audit::router())
         .merge(orders::router())
+        .merge(dashboard::router())
 }
 
 /// The HMAC keyed by the admin token, for session cookies and CSRF tokens.

@@ -352,6 +352,10 @@ impl Store for ServerStore {
         self.tables.cancelled_orders(product).await
     }
 
+    async fn paid_units(&self, product: ProductId) -> StoreResult<i64> {
+        self.tables.paid_units(product).await
+    }
+
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         self.tables.stored_among(candidates).await
     }

@@ -109,6 +109,7 @@ struct Statements {
     holdings: Arc<str>,
     overdue_orders: Arc<str>,
     cancelled_orders: Arc<str>,
+    paid_units: Arc<str>,
     mark_pay_started: Arc<str>,
     insert_payment_record: Arc<str>,
     refunds_due: Arc<str>,
@@ -186,6 +187,11 @@ impl Statements {
             cancelled_orders: sql(
                 "SELECT id FROM orders WHERE product_id = ? AND status = 'cancelled'",
             ),
+            paid_units: sql(&format!(
+                "SELECT COALESCE({}, 0) AS units FROM orders \
+                 WHERE product_id = ? AND status = 'paid'",
+                d.sum("quantity")
+            )),
             payments_of: sql(
                 "SELECT provider, trade_no, amount_cents, trade_status, paid, \
                  received_at FROM payment_records WHERE order_id = ? \
@@ -541,6 +547,15 @@ impl Tables {
             .fetch_all(&self.pool)
             .await?;
         ids_of(&rows)
+    }
+
+    /// See [`crate::store::Store::paid_units`].
+    pub async fn paid_units(&self, product: ProductId) -> StoreResult<i64> {
+        let row = query(&self.sql.paid_units)
+            .bind(product.0)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("units")?)
     }
 
     /// See [`crate::store::Store::stored_among`].
