@@ -101,14 +101,19 @@ fn bearer_token(parts: &Parts) -> Option<&str> {
 }
 
 fn session_cookie(parts: &Parts) -> Option<&str> {
-    parts
-        .headers
+    cookie(&parts.headers, SESSION_COOKIE)
+}
+
+/// The value of the cookie `name` that a request carries, if any: the shopper's session, the
+/// operator's, the chosen language.
+pub fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .find_map(|pair| {
-            let (name, value) = pair.trim().split_once('=')?;
-            (name == SESSION_COOKIE).then_some(value)
+            let (key, value) = pair.trim().split_once('=')?;
+            (key == name).then_some(value)
         })
 }

@@ -19,7 +19,6 @@ use askama::Template;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
-use axum::http::header::COOKIE;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -144,16 +143,7 @@ fn ending_cookie(state: &AppState) -> String {
 }
 
 fn session_cookie(parts: &Parts) -> Option<&str> {
-    parts
-        .headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| {
-            let (name, value) = pair.trim().split_once('=')?;
-            (name == ADMIN_COOKIE).then_some(value)
-        })
+    crate::http::extract::cookie(&parts.headers, ADMIN_COOKIE)
 }
 
 impl<S> FromRequestParts<S> for AdminSession

@@ -37,13 +37,8 @@ impl Lang {
     /// The language of a request: the `seckill_lang` cookie if it names one, else the most
     /// preferred of Chinese (`zh*`) and English in `Accept-Language`, else English.
     pub fn of(request: &HeaderMap) -> Self {
-        request
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find_map(|(name, value)| (name == LANG_COOKIE).then(|| Self::from_code(value))?)
+        crate::http::extract::cookie(request, LANG_COOKIE)
+            .and_then(Self::from_code)
             .or_else(|| {
                 request
                     .get_all(header::ACCEPT_LANGUAGE)
