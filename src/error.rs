@@ -263,6 +263,11 @@ impl From<crate::sale::BuyError> for ApiError {
             BuyError::Rejected(Rejection::Ended) => {
                 Self::client(StatusCode::FORBIDDEN, "ended", "the sale has ended")
             }
+            BuyError::Rejected(Rejection::Paused) => Self::client(
+                StatusCode::FORBIDDEN,
+                "sale_paused",
+                "buying this product is paused for now; nothing was bought, try again later",
+            ),
             BuyError::Rejected(Rejection::LimitReached) => Self::conflict(
                 "limit_reached",
                 "you already bought as many of this product as one buyer may",
@@ -338,6 +343,7 @@ impl From<crate::sale::AdminError> for ApiError {
         match e {
             AdminError::Invalid { code, message } => Self::invalid(code, message),
             AdminError::UnknownProduct => Self::not_found("unknown_product", "no such product"),
+            AdminError::UnknownEvent => Self::not_found("unknown_event", "no such sale event"),
             AdminError::Store(e) => e.into(),
             AdminError::Backend(e) => e.into(),
         }

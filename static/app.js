@@ -137,6 +137,7 @@
         remaining: Number(el.dataset.remaining),
         total: Number(el.dataset.stockTotal),
         serverEnded: el.dataset.status === 'ended',
+        paused: 'paused' in el.dataset,
         pending: false,
         bought: false,
         limited: 'held' in el.dataset,
@@ -196,6 +197,7 @@
       else if (c.bought) label = tr('bought');
       else if (c.limited) label = tr('held');
       else if (soldOut) label = tr('sold_out');
+      else if (c.paused && st !== 'ended') label = tr('paused');
       else if (st === 'upcoming') label = tr('not_started');
       else if (st === 'ended') label = tr('ended');
       else if (c.cooldownUntil > Date.now()) label = tr('retry_in', { n: Math.ceil((c.cooldownUntil - Date.now()) / 1000) });
@@ -208,7 +210,9 @@
       }
       setStatusClass(c.el, st);
       c.el.classList.toggle('is-soldout', soldOut);
-      setText(c.badge, tr(st));
+      const paused = c.paused && st !== 'ended';
+      c.el.classList.toggle('is-paused', paused);
+      setText(c.badge, paused ? tr('paused') : tr(st));
       if (st === 'upcoming') setText(c.countdown, tr('to_start') + hms(c.startsAt - now));
       else if (st === 'live') setText(c.countdown, tr('to_end') + hms(c.endsAt - now));
       else setText(c.countdown, tr('ended'));
@@ -315,6 +319,10 @@
             c.serverEnded = true;
             showMsg(c, 'info', [tr('ended_msg')]);
             break;
+          case 'sale_paused':
+            c.paused = true;
+            showMsg(c, 'info', [tr('paused_msg')]);
+            break;
           case 'rate_limited': {
             const wait = retryAfterMs(r.res);
             c.cooldownUntil = Date.now() + wait;
@@ -330,7 +338,7 @@
     }
 
     // ---------- live stock polling ----------
-    const eventEndsAt = clock ? clock.endsAt : Math.max.apply(null, [0].concat(Array.from(cards.values()).map((c) => c.endsAt)));
+    let eventEndsAt = clock ? clock.endsAt : Math.max.apply(null, [0].concat(Array.from(cards.values()).map((c) => c.endsAt)));
     let pollTimer = null;
     let polling = false;
     let allEndedByServer = false;
@@ -339,9 +347,21 @@
       return allEndedByServer || (eventEndsAt > 0 && serverNow() >= eventEndsAt);
     }
 
+    // A time of the API (RFC 3339) in ms, or NaN.
+    const timeOf = (value) => (typeof value === 'string' ? Date.parse(value) : NaN);
+
     function applyEvent(data) {
       if (!data || typeof data !== 'object') return;
-      if (data.status === 'ended') cards.forEach((c) => { c.serverEnded = true; });
+      if (data.status === 'ended') {
+        cards.forEach((c) => { c.serverEnded = true; });
+        tabs.forEach((t) => { if (t.el.classList.contains('is-selected')) t.serverEnded = true; });
+      }
+      // An operator may end the event early: its clock and the polling follow the new end.
+      const eventEnd = timeOf(data.ends_at);
+      if (Number.isFinite(eventEnd)) {
+        eventEndsAt = eventEnd;
+        if (clock) clock.endsAt = eventEnd;
+      }
       const list = Array.isArray(data.products) ? data.products : [];
       list.forEach((p) => {
         if (!p || p.id == null) return;
@@ -352,6 +372,13 @@
         const tot = Number(p.stock_total);
         if (Number.isFinite(tot)) c.total = tot;
         if (p.status === 'ended') c.serverEnded = true;
+        const ends = timeOf(p.ends_at);
+        if (Number.isFinite(ends)) c.endsAt = ends;
+        if (typeof p.paused === 'boolean') {
+          // Resumed: the pause's message is stale.
+          if (c.paused && !p.paused) showMsg(c, '', []);
+          c.paused = p.paused;
+        }
         renderStock(c, p.sold_percent);
       });
       allEndedByServer = cards.size > 0 && Array.from(cards.values()).every((c) => c.serverEnded);

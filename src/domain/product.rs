@@ -87,8 +87,18 @@ pub struct Product {
     /// How many units one user may hold in orders that are not cancelled.
     pub per_user_limit: u32,
     pub window: SaleWindow,
+    /// When an operator paused buying, which stays refused until they resume it; `None` while
+    /// buying follows the window alone.
+    pub paused_at: Option<Millis>,
     pub created_at: Millis,
     pub updated_at: Millis,
+}
+
+impl Product {
+    /// Whether an operator paused buying.
+    pub fn is_paused(&self) -> bool {
+        self.paused_at.is_some()
+    }
 }
 
 #[cfg(test)]

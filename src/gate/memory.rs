@@ -17,6 +17,7 @@ pub struct MemoryGate {
 
 struct Slot {
     window: SaleWindow,
+    paused: bool,
     remaining: i64,
     per_user_limit: u32,
     holdings: HashMap<UserId, u32>,
@@ -56,6 +57,7 @@ impl StockGate for MemoryGate {
     async fn load(&self, p: GateProduct) -> Result<bool, GateError> {
         let slot = Slot {
             window: p.window,
+            paused: p.paused,
             remaining: p.remaining,
             per_user_limit: p.per_user_limit,
             holdings: p.holdings.into_iter().collect(),
@@ -80,6 +82,10 @@ impl StockGate for MemoryGate {
         })
     }
 
+    async fn set_paused(&self, id: ProductId, paused: bool) -> Result<(), GateError> {
+        self.with_slot(id, |slot| slot.paused = paused)
+    }
+
     async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
         let units = order.quantity.get();
         self.with_slot(order.product_id, |slot| {
@@ -88,6 +94,9 @@ impl StockGate for MemoryGate {
             }
             if now >= slot.window.end {
                 return Err(Rejection::Ended);
+            }
+            if slot.paused {
+                return Err(Rejection::Paused);
             }
             let held = slot.holdings.get(&order.user_id).copied().unwrap_or(0);
             if held + units > slot.per_user_limit {
@@ -157,6 +166,7 @@ mod tests {
         gate.load(GateProduct {
             id: ProductId(1),
             window: SaleWindow::new(100, 200).unwrap(),
+            paused: false,
             remaining: stock,
             per_user_limit: limit,
             holdings: vec![],
@@ -215,6 +225,53 @@ mod tests {
         gate.release(&order(1, 1)).await.unwrap();
         assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(1));
         assert_eq!(gate.reserve(&order(1, 1), 150).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_paused_product_refuses_every_buy_and_takes_nothing_until_resumed() {
+        let gate = gate(2, 1).await;
+        gate.set_paused(ProductId(1), true).await.unwrap();
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 150).await),
+            Rejection::Paused
+        );
+        assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(2));
+        // The window still decides first: a paused sale that ended says so.
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 200).await),
+            Rejection::Ended
+        );
+        // The refused buy counted nothing against the buyer's limit.
+        gate.set_paused(ProductId(1), false).await.unwrap();
+        assert_eq!(gate.reserve(&order(1, 1), 150).await.unwrap(), 1);
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 150).await),
+            Rejection::LimitReached
+        );
+    }
+
+    #[tokio::test]
+    async fn a_product_loaded_paused_stays_paused_and_pausing_an_unknown_one_is_refused() {
+        let gate = MemoryGate::new();
+        gate.load(GateProduct {
+            id: ProductId(1),
+            window: SaleWindow::new(100, 200).unwrap(),
+            paused: true,
+            remaining: 5,
+            per_user_limit: 1,
+            holdings: vec![],
+            released: vec![],
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            rejection(gate.reserve(&order(1, 1), 150).await),
+            Rejection::Paused
+        );
+        assert!(matches!(
+            gate.set_paused(ProductId(2), true).await,
+            Err(GateError::Rejected(Rejection::NotLoaded))
+        ));
     }
 
     #[tokio::test]

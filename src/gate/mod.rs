@@ -1,6 +1,6 @@
 //! The stock gate: the one place that decides, atomically, whether a buy may proceed. It holds
-//! each preheated product's remaining units, sale window, per-user limit and who holds how
-//! many units. It is a fast cache of the database, never the source of truth: at start-up (and
+//! each preheated product's remaining units, sale window, whether an operator paused it,
+//! per-user limit and who holds how many units. It is a fast cache of the database, never the source of truth: at start-up (and
 //! after any sign of loss) it is rebuilt from the database.
 
 pub mod memory;
@@ -14,6 +14,8 @@ use async_trait::async_trait;
 pub struct GateProduct {
     pub id: ProductId,
     pub window: SaleWindow,
+    /// An operator paused buying: every buy is refused until they resume it.
+    pub paused: bool,
     /// Units left to sell.
     pub remaining: i64,
     pub per_user_limit: u32,
@@ -45,6 +47,9 @@ pub enum Rejection {
     NotStarted,
     #[error("the sale has ended")]
     Ended,
+    /// An operator paused buying of the product.
+    #[error("buying is paused")]
+    Paused,
     #[error("the buyer already holds the most units allowed")]
     LimitReached,
     /// Fewer units left than asked for; `remaining == 0` means sold out for everybody.
@@ -76,7 +81,11 @@ pub trait StockGate: Send + Sync + 'static {
         per_user_limit: u32,
     ) -> Result<(), GateError>;
 
-    /// One atomic step: sale open at `now`? buyer under the limit? enough stock? Then take the
+    /// Pauses (`paused`) or resumes buying of a loaded product. A buy decided after this
+    /// returns sees it: the pause is in the same atomic state as the stock.
+    async fn set_paused(&self, id: ProductId, paused: bool) -> Result<(), GateError>;
+
+    /// One atomic step: sale open at `now`? not paused? buyer under the limit? enough stock? Then take the
     /// units, record the buyer and (for a gate with an outbox, see [`outbox`](Self::outbox))
     /// append the order. Returns the units left.
     async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError>;

@@ -43,6 +43,10 @@ use utoipa::{Modify, OpenApi};
         admin::create_product,
         admin::update_product,
         admin::add_stock,
+        admin::pause_product,
+        admin::resume_product,
+        admin::end_product,
+        admin::end_event,
     ),
     modifiers(&SecuritySchemes),
     tags(

@@ -1,9 +1,8 @@
 //! The operator's changes: sale events, products, stock. Each change reaches the database first
 //! and then this process's catalog and gate, so the gate never knows more than the database.
 
-use super::SaleService;
+use super::{SaleService, unless_not_loaded};
 use crate::domain::{Money, Product, ProductId, SaleEvent, SaleWindow};
-use crate::gate::GateError;
 use crate::store::{NewProduct, ProductPatch, StoreError};
 use std::sync::Arc;
 
@@ -17,6 +16,8 @@ pub enum AdminError {
     },
     #[error("no such product")]
     UnknownProduct,
+    #[error("no such sale event")]
+    UnknownEvent,
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -113,11 +114,7 @@ impl SaleService {
         id: ProductId,
         changes: ProductChanges,
     ) -> Result<Product, AdminError> {
-        let current = self
-            .store
-            .product(id)
-            .await?
-            .ok_or(AdminError::UnknownProduct)?;
+        let current = self.known_product(id).await?;
         check_prices(
             changes.original_price.unwrap_or(current.original_price),
             changes.sale_price.unwrap_or(current.sale_price),
@@ -127,15 +124,7 @@ impl SaleService {
             .update_product(id, &changes, self.now())
             .await?
             .ok_or(AdminError::UnknownProduct)?;
-        self.catalog.put(&product);
-        match self
-            .gate
-            .configure(id, product.window, product.per_user_limit)
-            .await
-        {
-            Ok(()) | Err(GateError::Rejected(_)) => {}
-            Err(GateError::Unavailable(e)) => return Err(e.into()),
-        }
+        self.reconfigure(&product).await?;
         self.preheat_due().await?;
         Ok(product)
     }
@@ -147,10 +136,7 @@ impl SaleService {
             .add_stock(id, units, self.now())
             .await?
             .ok_or(AdminError::UnknownProduct)?;
-        match self.gate.add_stock(id, units).await {
-            Ok(()) | Err(GateError::Rejected(_)) => {}
-            Err(GateError::Unavailable(e)) => return Err(e.into()),
-        }
+        unless_not_loaded(self.gate.add_stock(id, units).await)?;
         self.catalog.put(&product);
         self.catalog.restock(id);
         Ok(product)

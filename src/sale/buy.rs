@@ -170,18 +170,20 @@ enum Outcome {
     LimitReached,
     NotStarted,
     Ended,
+    Paused,
     Unavailable,
 }
 
 impl Outcome {
     /// Every outcome, in the order of the tally's slots.
-    const ALL: [Self; 7] = [
+    const ALL: [Self; 8] = [
         Self::Accepted,
         Self::UnknownProduct,
         Self::SoldOut,
         Self::LimitReached,
         Self::NotStarted,
         Self::Ended,
+        Self::Paused,
         Self::Unavailable,
     ];
 
@@ -195,6 +197,7 @@ impl Outcome {
                 Self::NotStarted
             }
             Err(BuyError::Rejected(Rejection::Ended)) => Self::Ended,
+            Err(BuyError::Rejected(Rejection::Paused)) => Self::Paused,
             Err(BuyError::Unavailable(_)) => Self::Unavailable,
         }
     }
@@ -208,6 +211,7 @@ impl Outcome {
             Self::LimitReached => "limit_reached",
             Self::NotStarted => "not_started",
             Self::Ended => "ended",
+            Self::Paused => "paused",
             Self::Unavailable => "unavailable",
         }
     }
@@ -226,6 +230,7 @@ impl Outcome {
             }
             Self::NotStarted => metrics::counter!("seckill_buys_total", "outcome" => "not_started"),
             Self::Ended => metrics::counter!("seckill_buys_total", "outcome" => "ended"),
+            Self::Paused => metrics::counter!("seckill_buys_total", "outcome" => "paused"),
             Self::Unavailable => {
                 metrics::counter!("seckill_buys_total", "outcome" => "unavailable")
             }

@@ -27,7 +27,7 @@ pub(super) struct Catalog {
     entries: RwLock<HashMap<ProductId, Arc<Entry>>>,
     /// The newest row read or written of each product: at most a catalog refresh old.
     rows: RwLock<HashMap<ProductId, Arc<Product>>>,
-    /// Sale events by id. An event never changes once created.
+    /// Sale events by id. An event changes only when an operator ends it early.
     events: RwLock<HashMap<i64, SaleEvent>>,
 }
 
@@ -60,7 +60,7 @@ impl Catalog {
         events
     }
 
-    /// Adds a sale event.
+    /// Adds or refreshes a sale event.
     pub fn put_event(&self, event: SaleEvent) {
         self.events
             .write()

@@ -5,6 +5,7 @@
 mod admin;
 mod buy;
 mod catalog;
+mod controls;
 mod durability;
 mod orders;
 mod payments;
@@ -12,6 +13,7 @@ mod reconcile;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::{BuyCounts, BuyError};
+pub use controls::Controlled;
 pub use durability::Durability;
 pub use orders::{OrderError, PaymentQueue, QueuedPayment};
 pub use payments::{PayLink, Settled};
@@ -19,7 +21,7 @@ pub use reconcile::ProductAudit;
 
 use crate::clock::SharedClock;
 use crate::domain::{Millis, OrderId, Product, ProductId, SaleWindow, UserId};
-use crate::gate::{GateProduct, StockGate};
+use crate::gate::{GateError, GateProduct, StockGate};
 use crate::ids::Snowflake;
 use crate::payment::PaymentProvider;
 use crate::store::Store;
@@ -187,6 +189,7 @@ impl SaleService {
             .load(GateProduct {
                 id,
                 window: product.window,
+                paused: product.is_paused(),
                 remaining,
                 per_user_limit: product.per_user_limit,
                 holdings: holdings.into_iter().collect(),
@@ -196,11 +199,33 @@ impl SaleService {
         // Loaded by another process first: its count is the live one, sold out or not.
         let sold_out = if loaded_now {
             tracing::info!(product = id.0, remaining, "preheated");
+            self.catch_up(&product).await?;
             remaining == 0
         } else {
             matches!(self.gate.remaining(id).await, Ok(Some(0)))
         };
         self.catalog.mark_loaded(id, sold_out);
+        Ok(())
+    }
+
+    /// Gives a product just loaded into the gate what an operator changed since `loaded` was
+    /// read: that change found the product not in the gate yet and reached only the database.
+    /// (A change after the load reaches the gate itself.)
+    async fn catch_up(&self, loaded: &Product) -> anyhow::Result<()> {
+        let Some(product) = self.store.product(loaded.id).await? else {
+            return Ok(());
+        };
+        if (product.window, product.per_user_limit) != (loaded.window, loaded.per_user_limit) {
+            let configured = self
+                .gate
+                .configure(product.id, product.window, product.per_user_limit)
+                .await;
+            unless_not_loaded(configured)?;
+        }
+        if product.is_paused() != loaded.is_paused() {
+            unless_not_loaded(self.gate.set_paused(product.id, product.is_paused()).await)?;
+        }
+        self.catalog.put(&product);
         Ok(())
     }
 
@@ -216,5 +241,14 @@ impl SaleService {
     /// Whether `window` is due for preheat at `now`.
     fn is_due(window: &SaleWindow, now: Millis, preheat_ms: i64) -> bool {
         window.start - preheat_ms <= now && now < window.end
+    }
+}
+
+/// The outcome of a change to a product in the gate, which need not hold the product: one it
+/// does not hold gets the change from the database when it is loaded.
+fn unless_not_loaded(changed: Result<(), GateError>) -> anyhow::Result<()> {
+    match changed {
+        Ok(()) | Err(GateError::Rejected(_)) => Ok(()),
+        Err(GateError::Unavailable(e)) => Err(e),
     }
 }

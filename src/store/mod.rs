@@ -185,6 +185,9 @@ pub trait Store: Send + Sync + 'static {
     async fn events(&self) -> StoreResult<Vec<SaleEvent>>;
     /// One sale event.
     async fn event(&self, id: i64) -> StoreResult<Option<SaleEvent>>;
+    /// Ends a sale event at `now` (see [`Store::end_product`]) and, in the same transaction,
+    /// each of its products whose sale has not ended; `None` when there is no such event.
+    async fn end_event(&self, id: i64, now: Millis) -> StoreResult<Option<SaleEvent>>;
 
     /// Creates a product.
     async fn create_product(&self, product: &NewProduct, now: Millis) -> StoreResult<Product>;
@@ -202,6 +205,17 @@ pub trait Store: Send + Sync + 'static {
         quantity: i64,
         now: Millis,
     ) -> StoreResult<Option<Product>>;
+    /// Pauses buying of a product (a repeat keeps the first pause's time) or resumes it; `None`
+    /// when there is no such product.
+    async fn set_paused(
+        &self,
+        id: ProductId,
+        paused: bool,
+        now: Millis,
+    ) -> StoreResult<Option<Product>>;
+    /// Ends a product's sale at `now` unless it has ended already: its window ends at `now`, and
+    /// a start not reached yet moves to just before `now`. `None` when there is no such product.
+    async fn end_product(&self, id: ProductId, now: Millis) -> StoreResult<Option<Product>>;
     /// One product.
     async fn product(&self, id: ProductId) -> StoreResult<Option<Product>>;
     /// All products, by sale start then id.

@@ -439,3 +439,106 @@ async fn the_dashboard_stream_counts_sold_and_refused_buys() {
     assert_eq!(script.status(), StatusCode::OK);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn the_console_pauses_resumes_and_ends_a_sale_and_ends_an_event() {
+    let app = TestApp::spawn().await;
+    let now = app.state.sale.now();
+    let (status, event) = app
+        .admin_post(
+            "/api/v1/admin/events",
+            serde_json::json!({ "title": "Noon", "starts_at": rfc3339(now - 1000), "ends_at": rfc3339(now + 3_600_000) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{event}");
+    let (status, product) = app
+        .admin_post(
+            "/api/v1/admin/products",
+            serde_json::json!({ "event_id": event["id"], "name": "Kettle",
+                "original_price_cents": 100, "sale_price_cents": 50, "stock": 5 }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{product}");
+    let (event, product) = (
+        event["id"].as_i64().unwrap(),
+        product["id"].as_i64().unwrap(),
+    );
+    let buyers = app.users(2).await;
+    // A browser that shows each redirect instead of following it.
+    let browser = client_builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    sign_in(&app, &browser, ADMIN_TOKEN).await;
+    let page = |path: String| {
+        let request = browser.get(app.url(&path));
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    let product_page = format!("/admin/products/{product}");
+    let shown = page(product_page.clone()).await;
+    assert!(shown.contains("<b data-sale-status>live</b>"), "{shown}");
+    assert!(!shown.contains("data-paused"));
+    let csrf = csrf_of(&shown);
+    let press = |path: String, csrf: String| {
+        let request = browser.post(app.url(&path)).form(&[("csrf", csrf)]);
+        async move { request.send().await.unwrap() }
+    };
+
+    let forged = press(format!("{product_page}/pause"), "forged".into()).await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert_eq!(app.product(product).await["paused"], false);
+
+    let paused = press(format!("{product_page}/pause"), csrf.clone()).await;
+    assert_eq!(paused.status(), StatusCode::SEE_OTHER);
+    assert_eq!(paused.headers()["location"], product_page.as_str());
+    let shown = page(product_page.clone()).await;
+    assert!(shown.contains("<b data-paused>paused</b>"), "{shown}");
+    assert!(shown.contains(&format!(r#"action="{product_page}/resume""#)));
+    let (status, body) = app.buy(&buyers[0], product, 1).await;
+    assert_eq!(
+        (status, crate::helpers::code(&body)),
+        (StatusCode::FORBIDDEN, "sale_paused")
+    );
+
+    let resumed = press(format!("{product_page}/resume"), csrf.clone()).await;
+    assert_eq!(resumed.status(), StatusCode::SEE_OTHER);
+    assert!(!page(product_page.clone()).await.contains("data-paused"));
+    assert_eq!(
+        app.buy(&buyers[0], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+
+    let ended = press(format!("{product_page}/end"), csrf.clone()).await;
+    assert_eq!(ended.status(), StatusCode::SEE_OTHER);
+    let shown = page(product_page.clone()).await;
+    assert!(shown.contains("<b data-sale-status>ended</b>"), "{shown}");
+    assert!(!shown.contains("/end\""), "an ended sale offers no end");
+    let (status, body) = app.buy(&buyers[1], product, 1).await;
+    assert_eq!(
+        (status, crate::helpers::code(&body)),
+        (StatusCode::FORBIDDEN, "ended")
+    );
+
+    let catalog = page("/admin/products".into()).await;
+    let end_event = format!("/admin/events/{event}/end");
+    assert!(
+        catalog.contains(&format!(r#"action="{end_event}""#)),
+        "{catalog}"
+    );
+    let ended = press(end_event.clone(), csrf.clone()).await;
+    assert_eq!(ended.status(), StatusCode::SEE_OTHER);
+    assert_eq!(ended.headers()["location"], "/admin/products");
+    assert!(!page("/admin/products".into()).await.contains(&end_event));
+    let (_, shown) = app.get_json(&format!("/api/v1/events/{event}")).await;
+    assert_eq!(shown["status"], "ended", "{shown}");
+
+    let log = page("/admin/audit".into()).await;
+    let at = |action: String| {
+        log.find(&action)
+            .unwrap_or_else(|| panic!("{action}: {log}"))
+    };
+    assert!(at(format!("ended event {event}")) < at(format!("ended product {product}")));
+    assert!(at(format!("ended product {product}")) < at(format!("resumed product {product}")));
+    assert!(at(format!("resumed product {product}")) < at(format!("paused product {product}")));
+}

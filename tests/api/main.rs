@@ -19,6 +19,7 @@ mod pipeline;
 mod processes;
 mod redis_restart;
 mod restart;
+mod sale_controls;
 mod sandbox;
 mod sessions;
 mod shared_gate;

@@ -114,6 +114,45 @@ async fn the_sale_page_tells_a_buyer_who_reached_the_limit_instead_of_offering_t
     assert!(html.contains("data-held") && html.contains(">Bought<"));
 }
 
+#[tokio::test]
+async fn the_sale_page_shows_a_paused_product_as_paused_in_either_language() {
+    let app = TestApp::spawn().await;
+    let (_, product) = live_event(&app, 5).await;
+    let pause = |action: &str| {
+        let request = app
+            .client
+            .post(app.url(&format!("/api/v1/admin/products/{product}/{action}")))
+            .bearer_auth(crate::helpers::ADMIN_TOKEN);
+        async move { assert_eq!(request.send().await.unwrap().status(), StatusCode::OK) }
+    };
+    pause("pause").await;
+    for (language, label) in [("en", "Paused"), ("zh-CN", "暂停抢购")] {
+        let html = get(&app, "/", Some(language), None)
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            html.contains("is-paused") && html.contains("data-paused"),
+            "{html}"
+        );
+        assert!(
+            html.contains(&format!("data-badge>{label}<")),
+            "{language}: the badge"
+        );
+        assert!(
+            html.contains(&format!("data-buy disabled>{label}<")),
+            "{language}: the button"
+        );
+    }
+    pause("resume").await;
+    let html = get(&app, "/", Some("en"), None).await.text().await.unwrap();
+    assert!(
+        !html.contains("data-paused") && html.contains("data-buy>Buy now<"),
+        "{html}"
+    );
+}
+
 /// Every answer, of a page, the API, an asset or no route at all, tells browsers not to guess
 /// content types and where a page may load from.
 #[tokio::test]

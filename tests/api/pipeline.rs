@@ -236,6 +236,7 @@ async fn buys_batched_together_are_decided_one_by_one() {
         gate.load(GateProduct {
             id,
             window: SaleWindow::new(now - 1_000, now + 60_000).unwrap(),
+            paused: false,
             remaining,
             per_user_limit: 2,
             holdings: vec![],

@@ -185,6 +185,7 @@ fn decode(code: i64, remaining: i64) -> Result<i64, GateError> {
         -3 => Rejection::Ended,
         -4 => Rejection::LimitReached,
         -5 => Rejection::SoldOut { remaining },
+        -6 => Rejection::Paused,
         other => {
             return Err(GateError::Unavailable(anyhow::anyhow!(
                 "reserve script answered {other}"
@@ -242,6 +243,7 @@ mod tests {
         let product = GateProduct {
             id: ProductId(1),
             window: SaleWindow::new(NOW - 1_000, NOW + 60_000).unwrap(),
+            paused: false,
             remaining: 3,
             per_user_limit: 1,
             holdings: vec![],
@@ -278,6 +280,47 @@ mod tests {
             .arg(&keys.outbox)
             .arg(keys.replay(42))
             .arg(keys.replay(43))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        gate.forget(ProductId(1)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_paused_product_refuses_every_buy_of_a_call_until_resumed() {
+        let mut redis = crate::redis_link::test_link().await;
+        let prefix = format!("seckill-unit:{}:paused:", std::process::id());
+        let gate = RedisGate::new(redis.clone(), &prefix);
+        let product = GateProduct {
+            id: ProductId(1),
+            window: SaleWindow::new(NOW - 1_000, NOW + 60_000).unwrap(),
+            paused: true,
+            remaining: 3,
+            per_user_limit: 1,
+            holdings: vec![],
+            released: vec![],
+        };
+        gate.load(product).await.unwrap();
+        let keys = Keys::of(&prefix, ProductId(1));
+
+        let buys = [order(1, 7), order(2, 8)];
+        let answers = run(&mut redis, &keys, 1, &buys).await;
+        assert_eq!(answers, ["Err(Rejected(Paused))", "Err(Rejected(Paused))"]);
+        assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(3));
+        assert!(gate.outbox(ProductId(1)).await.unwrap().is_empty());
+
+        gate.set_paused(ProductId(1), false).await.unwrap();
+        assert_eq!(run(&mut redis, &keys, 2, &buys).await, ["Ok(2)", "Ok(1)"]);
+        gate.set_paused(ProductId(1), true).await.unwrap();
+        let later = [order(3, 9)];
+        assert_eq!(
+            run(&mut redis, &keys, 3, &later).await,
+            ["Err(Rejected(Paused))"]
+        );
+
+        let _: () = redis::cmd("DEL")
+            .arg(&keys.outbox)
+            .arg(keys.replay(2))
             .query_async(&mut redis)
             .await
             .unwrap();

@@ -3,7 +3,8 @@
 //! check-and-take is atomic without any lock.
 //! A product's keys share the hash tag `{p:ID}` so its scripts run on one shard of a cluster:
 //!
-//! - `PREFIX{p:ID}:sale`: hash of `remaining`, `start`, `end` (Unix ms), `limit`
+//! - `PREFIX{p:ID}:sale`: hash of `remaining`, `start`, `end` (Unix ms), `limit`, `paused`
+//!   (`1` while an operator has buying paused)
 //! - `PREFIX{p:ID}:buyers`: hash of user id → units held
 //! - `PREFIX{p:ID}:released`: set of order ids whose units were given back (release runs once)
 //! - `PREFIX{p:ID}:outbox`: stream of accepted orders not yet safe downstream, appended by the
@@ -112,6 +113,7 @@ impl StockGate for RedisGate {
             .arg(p.window.start)
             .arg(p.window.end)
             .arg(p.per_user_limit)
+            .arg(i64::from(p.paused))
             .arg(p.holdings.len());
         for (user, units) in &p.holdings {
             call.arg(user.0).arg(*units);
@@ -134,6 +136,10 @@ impl StockGate for RedisGate {
     ) -> Result<(), GateError> {
         let args = [window.start, window.end, i64::from(per_user_limit)];
         self.update(id, &args, "configure").await
+    }
+
+    async fn set_paused(&self, id: ProductId, paused: bool) -> Result<(), GateError> {
+        self.update(id, &[i64::from(paused)], "pause").await
     }
 
     async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {

@@ -1,15 +1,16 @@
-//! Sale events and products in the console: the lists, creating both, changing a product and
-//! adding stock to it, all through the sale service like the admin API, so every server sees a
-//! change within a second.
+//! Sale events and products in the console: the lists, creating both, changing a product,
+//! adding stock to it, pausing and resuming its buying and ending its sale or its event's early,
+//! all through the sale service like the admin API, so every server sees a change within a
+//! second.
 
 use super::{AdminSession, ConsoleForm, audit, mistake, page, see_other};
 use crate::domain::{Millis, Money, Product, ProductId};
 use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
 use crate::http::api::admin::{
-    MAX_STOCK, datetime, image_url, per_user_limit, price, text, window,
+    MAX_STOCK, control_action, datetime, image_url, per_user_limit, price, text, window,
 };
-use crate::sale::{NewProductInput, ProductChanges};
+use crate::sale::{AdminError, Controlled, NewProductInput, ProductChanges};
 use askama::Template;
 use axum::Router;
 use axum::extract::State;
@@ -25,6 +26,10 @@ pub fn router() -> Router<AppState> {
         .route("/admin/products", get(catalog).post(create_product))
         .route("/admin/products/{id}", get(product).post(update_product))
         .route("/admin/products/{id}/stock", post(add_stock))
+        .route("/admin/products/{id}/pause", post(pause_product))
+        .route("/admin/products/{id}/resume", post(resume_product))
+        .route("/admin/products/{id}/end", post(end_product))
+        .route("/admin/events/{id}/end", post(end_event))
 }
 
 /// The form's spelling of a time: `datetime-local`, read as UTC.
@@ -34,6 +39,8 @@ const FORM_TIME: &str = "%Y-%m-%dT%H:%M";
 struct EventRow {
     id: i64,
     title: String,
+    /// `upcoming`, `live` or `ended`.
+    status: &'static str,
     starts_at: String,
     ends_at: String,
 }
@@ -49,6 +56,10 @@ struct ProductRow {
     stock_total: i64,
     remaining: i64,
     per_user_limit: u32,
+    /// `upcoming`, `live` or `ended`.
+    status: &'static str,
+    /// When buying was paused (UTC, the form's spelling), if it is.
+    paused_since: Option<String>,
     starts_at: String,
     ends_at: String,
 }
@@ -68,6 +79,8 @@ impl ProductRow {
             stock_total: product.stock_total,
             remaining: state.sale.remaining(product).await,
             per_user_limit: product.per_user_limit,
+            status: product.window.status(state.sale.now()).as_str(),
+            paused_since: product.paused_at.map(form_time),
             starts_at: form_time(product.window.start),
             ends_at: form_time(product.window.end),
         }
@@ -158,6 +171,7 @@ async fn catalog_page(
     status: StatusCode,
     error: Option<String>,
 ) -> Result<Response, ApiError> {
+    let now = state.sale.now();
     let events = state
         .store
         .events()
@@ -166,6 +180,7 @@ async fn catalog_page(
         .map(|e| EventRow {
             id: e.id,
             title: e.title,
+            status: e.window.status(now).as_str(),
             starts_at: form_time(e.window.start),
             ends_at: form_time(e.window.end),
         })
@@ -307,16 +322,19 @@ async fn product(
     product_page(&state, &session, ProductId(id), StatusCode::OK, None).await
 }
 
-/// The product's page again after a change, or with the operator's mistake shown.
+/// The product's page again after a change (written to the audit log, unless it is `None`:
+/// a repeat that changed nothing), or with the operator's mistake shown.
 async fn after_change(
     state: &AppState,
     form: &ConsoleForm,
     id: ProductId,
-    outcome: Result<String, ApiError>,
+    outcome: Result<Option<String>, ApiError>,
 ) -> Result<Response, ApiError> {
     match outcome {
         Ok(action) => {
-            audit(state, action).await;
+            if let Some(action) = action {
+                audit(state, action).await;
+            }
             Ok(see_other(&format!("/admin/products/{}", id.0)))
         }
         Err(e) => {
@@ -352,7 +370,7 @@ async fn update_product(
             window: optional_window(&form)?,
         };
         state.sale.update_product(id, changes).await?;
-        Ok(format!("changed product {}", id.0))
+        Ok(Some(format!("changed product {}", id.0)))
     }
     .await;
     after_change(&state, &form, id, outcome).await
@@ -373,8 +391,68 @@ async fn add_stock(
             ));
         }
         state.sale.add_stock(id, units).await?;
-        Ok(format!("added {units} units to product {}", id.0))
+        Ok(Some(format!("added {units} units to product {}", id.0)))
     }
     .await;
     after_change(&state, &form, id, outcome).await
+}
+
+/// The product's page again after a control: `verb` names it in the audit log.
+async fn after_control(
+    state: &AppState,
+    form: &ConsoleForm,
+    id: ProductId,
+    controlled: Result<Controlled<Product>, AdminError>,
+    verb: &str,
+) -> Result<Response, ApiError> {
+    let outcome = controlled
+        .map(|c| control_action(&c, verb, "product", id.0))
+        .map_err(ApiError::from);
+    after_change(state, form, id, outcome).await
+}
+
+async fn pause_product(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let id = ProductId(id);
+    let paused = state.sale.set_paused(id, true).await;
+    after_control(&state, &form, id, paused, "paused").await
+}
+
+async fn resume_product(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let id = ProductId(id);
+    let resumed = state.sale.set_paused(id, false).await;
+    after_control(&state, &form, id, resumed, "resumed").await
+}
+
+async fn end_product(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let id = ProductId(id);
+    let ended = state.sale.end_product(id).await;
+    after_control(&state, &form, id, ended, "ended").await
+}
+
+async fn end_event(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    match state.sale.end_event(id).await {
+        Ok(controlled) => {
+            if let Some(action) = control_action(&controlled, "ended", "event", id) {
+                audit(&state, action).await;
+            }
+            Ok(see_other("/admin/products"))
+        }
+        Err(e) => catalog_with(&state, &form, e.into()).await,
+    }
 }

@@ -1,13 +1,15 @@
 //! The operator's API under `/admin`, behind `Authorization: Bearer <admin token>`: create
-//! sale events and products, change products, add stock to a live sale, and read back every
-//! event, every product and the audit log. Every change is written to the audit log. The checks of the operator's input live here once, for the console too.
+//! sale events and products, change products, add stock to a live sale, pause and resume
+//! buying, end a product's or an event's sale early, and read back every event, every product
+//! and the audit log. Every change is written to the audit log. The checks of the operator's
+//! input live here once, for the console too.
 
 use super::{ErrorBody, EventView, ProductView, Rfc3339};
-use crate::domain::{Millis, Money, ProductId, Quantity, SaleWindow};
+use crate::domain::{Millis, Money, Product, ProductId, Quantity, SaleWindow};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
-use crate::sale::{NewProductInput, ProductChanges};
+use crate::sale::{Controlled, NewProductInput, ProductChanges};
 use crate::store::AuditEntry;
 use axum::Router;
 use axum::extract::State;
@@ -29,6 +31,10 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/admin/audit", get(audit_log))
         .route("/api/v1/admin/products/{id}", patch(update_product))
         .route("/api/v1/admin/products/{id}/stock", post(add_stock))
+        .route("/api/v1/admin/products/{id}/pause", post(pause_product))
+        .route("/api/v1/admin/products/{id}/resume", post(resume_product))
+        .route("/api/v1/admin/products/{id}/end", post(end_product))
+        .route("/api/v1/admin/events/{id}/end", post(end_event))
 }
 
 /// The most units one product may hold: far above any flash sale, far below overflow.
@@ -400,4 +406,119 @@ async fn add_stock(
         remaining,
         state.sale.now(),
     )))
+}
+
+/// The audit log's words for a control, `{verb} {what} {id}` (e.g. `paused product 7`), or
+/// `None` for a repeat that changed nothing, which is not logged.
+pub(in crate::http) fn control_action<T>(
+    controlled: &Controlled<T>,
+    verb: &str,
+    what: &str,
+    id: i64,
+) -> Option<String> {
+    controlled.changed.then(|| format!("{verb} {what} {id}"))
+}
+
+/// A product control's answer: the product as it is now, written to the audit log if it
+/// changed.
+async fn controlled_product(
+    state: &AppState,
+    controlled: Controlled<Product>,
+    verb: &str,
+) -> AppJson<ProductView> {
+    let product = &controlled.value;
+    if let Some(action) = control_action(&controlled, verb, "product", product.id.0) {
+        record_audit(state, &api_actor(state), action).await;
+    }
+    let remaining = state.sale.remaining(product).await;
+    AppJson(ProductView::new(product, remaining, state.sale.now()))
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/products/{id}/pause",
+    tag = "admin",
+    summary = "Pause buying of a product: every buy is refused (`sale_paused`) on every server until it is resumed",
+    params(("id" = i64, Path, description = "The product's id")),
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The product, paused (a paused product answers the same and changes nothing)", body = ProductView),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+    )
+)]
+async fn pause_product(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<ProductView>, ApiError> {
+    let controlled = state.sale.set_paused(ProductId(id), true).await?;
+    Ok(controlled_product(&state, controlled, "paused").await)
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/products/{id}/resume",
+    tag = "admin",
+    summary = "Resume buying of a paused product",
+    params(("id" = i64, Path, description = "The product's id")),
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The product, not paused (one that was not paused answers the same and changes nothing)", body = ProductView),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+    )
+)]
+async fn resume_product(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<ProductView>, ApiError> {
+    let controlled = state.sale.set_paused(ProductId(id), false).await?;
+    Ok(controlled_product(&state, controlled, "resumed").await)
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/products/{id}/end",
+    tag = "admin",
+    summary = "End a product's sale now: every later buy is refused (`ended`); orders already taken stay",
+    description = "The sale's end becomes now. A sale that has not started ends too: its start moves to just before now, so it never opens.",
+    params(("id" = i64, Path, description = "The product's id")),
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The product, ended (one that has ended answers the same and changes nothing)", body = ProductView),
+        (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
+    )
+)]
+async fn end_product(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<ProductView>, ApiError> {
+    let controlled = state.sale.end_product(ProductId(id)).await?;
+    Ok(controlled_product(&state, controlled, "ended").await)
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/events/{id}/end",
+    tag = "admin",
+    summary = "End a sale event now, with each of its products still on sale or to come; orders already taken stay",
+    description = "The event's end and each of its products' ends become now, as `POST /api/v1/admin/products/{id}/end` does for one product.",
+    params(("id" = i64, Path, description = "The event's id")),
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The event, ended (one that has ended with all its products answers the same and changes nothing)", body = EventView),
+        (status = 404, description = "`unknown_event`: no such sale event", body = ErrorBody),
+    )
+)]
+async fn end_event(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<EventView>, ApiError> {
+    let controlled = state.sale.end_event(id).await?;
+    if let Some(action) = control_action(&controlled, "ended", "event", id) {
+        record_audit(&state, &api_actor(&state), action).await;
+    }
+    Ok(AppJson(EventView::new(&controlled.value, state.sale.now())))
 }

@@ -64,6 +64,8 @@ pub struct ProductView {
     /// `upcoming`, `live` or `ended`.
     #[schema(value_type = String)]
     pub status: &'static str,
+    /// An operator paused buying: every buy is refused (`sale_paused`) until they resume it.
+    pub paused: bool,
     #[schema(value_type = String, format = DateTime)]
     pub starts_at: Rfc3339,
     #[schema(value_type = String, format = DateTime)]
@@ -95,6 +97,7 @@ impl ProductView {
             },
             per_user_limit: p.per_user_limit,
             status: p.window.status(now).as_str(),
+            paused: p.is_paused(),
             starts_at: Rfc3339(p.window.start),
             ends_at: Rfc3339(p.window.end),
             created_at: Rfc3339(p.created_at),

@@ -42,7 +42,7 @@ struct PlaceOrder {
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 202, description = "The order is taken and durable; pay it before `pay_before`", body = OrderView),
-        (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended", body = ErrorBody),
+        (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended (or an operator ended it early); `sale_paused`: an operator paused buying of the product, try again later", body = ErrorBody),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
         (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),

@@ -163,6 +163,7 @@ async fn sale_page(
             sold_percent: p.sold_percent,
             almost_gone: p.remaining > 0 && p.remaining * 10 <= p.stock_total,
             status: p.status,
+            paused: p.paused,
             starts_at_ms: p.starts_at.0,
             ends_at_ms: p.ends_at.0,
         })

@@ -61,6 +61,9 @@ pub struct ProductCard {
     pub sold_percent: i64,
     /// "upcoming", "live" or "ended".
     pub status: &'static str,
+    /// An operator paused buying: the card says so and its button stays off until the page's
+    /// poll sees the product resumed.
+    pub paused: bool,
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
     /// Stock is left, but at most a tenth of it: the card says "almost gone".

@@ -253,6 +253,12 @@ impl Store for ServerStore {
         self.tables.event(id).await
     }
 
+    async fn end_event(&self, id: i64, now: Millis) -> StoreResult<Option<SaleEvent>> {
+        // Its products' rows are also written by order batches, in another order.
+        retry_conflicts(|| self.tables.end_event(id, now)).await?;
+        self.tables.event(id).await
+    }
+
     async fn create_product(&self, product: &NewProduct, now: Millis) -> StoreResult<Product> {
         let id = self.tables.insert_product(product, now).await?;
         self.tables.created_product(id).await
@@ -275,6 +281,21 @@ impl Store for ServerStore {
         now: Millis,
     ) -> StoreResult<Option<Product>> {
         self.tables.add_stock(id, quantity, now).await?;
+        self.tables.product(id).await
+    }
+
+    async fn set_paused(
+        &self,
+        id: ProductId,
+        paused: bool,
+        now: Millis,
+    ) -> StoreResult<Option<Product>> {
+        self.tables.set_paused(id, paused, now).await?;
+        self.tables.product(id).await
+    }
+
+    async fn end_product(&self, id: ProductId, now: Millis) -> StoreResult<Option<Product>> {
+        self.tables.end_product(id, now).await?;
         self.tables.product(id).await
     }
 

@@ -104,6 +104,11 @@ struct Statements {
     insert_product: Arc<str>,
     update_product: Arc<str>,
     add_stock: Arc<str>,
+    pause_product: Arc<str>,
+    resume_product: Arc<str>,
+    end_product: Arc<str>,
+    end_event: Arc<str>,
+    end_products_of_event: Arc<str>,
     product: Arc<str>,
     products: Arc<str>,
     holdings: Arc<str>,
@@ -122,6 +127,17 @@ struct Statements {
 impl Statements {
     fn new(d: Dialect) -> Self {
         let sql = |text: &str| -> Arc<str> { d.placeholders(text).into() };
+        // A window ended at the first `?` (now): its end moves there, and a start not reached
+        // yet to the second (just before it), since a window must end after it starts.
+        let ended = |start: &str, end: &str| {
+            format!("{start} = CASE WHEN {start} < ? THEN {start} ELSE ? END, {end} = ?")
+        };
+        let end_product = |which: &str| {
+            sql(&format!(
+                "UPDATE products SET {}, updated_at = ? WHERE {which} = ? AND sale_ends_at > ?",
+                ended("sale_starts_at", "sale_ends_at")
+            ))
+        };
         Self {
             insert_setting: sql(&d.insert_new("settings (name, value) VALUES (?, ?)", "name")),
             setting: sql("SELECT value FROM settings WHERE name = ?"),
@@ -153,6 +169,17 @@ impl Statements {
                 "UPDATE products SET stock_total = stock_total + ?, stock = stock + ?, \
                  updated_at = ? WHERE id = ?",
             ),
+            // A repeated pause keeps the time of the first.
+            pause_product: sql("UPDATE products SET paused_at = COALESCE(paused_at, ?), \
+                 updated_at = ? WHERE id = ?"),
+            resume_product: sql("UPDATE products SET paused_at = NULL, updated_at = ? \
+                 WHERE id = ?"),
+            end_product: end_product("id"),
+            end_event: sql(&format!(
+                "UPDATE sale_events SET {} WHERE id = ? AND ends_at > ?",
+                ended("starts_at", "ends_at")
+            )),
+            end_products_of_event: end_product("event_id"),
             product: sql(concat!(
                 "SELECT ",
                 product_columns!(),
@@ -399,6 +426,56 @@ impl Tables {
             .execute(&self.writer)
             .await?;
         Ok(())
+    }
+
+    /// Pauses or resumes buying of a product, if there is one.
+    pub async fn set_paused(&self, id: ProductId, paused: bool, now: Millis) -> StoreResult<()> {
+        let change = if paused {
+            query(&self.sql.pause_product).bind(now)
+        } else {
+            query(&self.sql.resume_product)
+        };
+        change.bind(now).bind(id.0).execute(&self.writer).await?;
+        Ok(())
+    }
+
+    /// Ends a product's sale at `now`, unless it has ended already.
+    pub async fn end_product(&self, id: ProductId, now: Millis) -> StoreResult<()> {
+        Self::ending(&self.sql.end_product, id.0, now)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// Ends a sale event at `now` and each of its products whose sale has not ended, in one
+    /// transaction, so no product is left selling after its event has ended.
+    pub async fn end_event(&self, id: i64, now: Millis) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await?;
+        query(&self.sql.end_event)
+            .bind(now)
+            .bind(now - 1)
+            .bind(now)
+            .bind(id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        Self::ending(&self.sql.end_products_of_event, id, now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A statement of [`Statements::new`]'s `end_product`, ending at `now` the products whose
+    /// `id` or `event_id` (as the statement says) is `key`.
+    fn ending(statement: &Arc<str>, key: i64, now: Millis) -> AnyQuery<'static> {
+        query(statement)
+            .bind(now)
+            .bind(now - 1)
+            .bind(now)
+            .bind(now)
+            .bind(key)
+            .bind(now)
     }
 
     /// See [`crate::store::Store::product`].

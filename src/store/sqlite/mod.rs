@@ -186,6 +186,12 @@ impl Store for SqliteStore {
         self.tables.event(id).await
     }
 
+    async fn end_event(&self, id: i64, now: Millis) -> StoreResult<Option<SaleEvent>> {
+        self.tables.end_event(id, now).await?;
+        self.durable().await?;
+        self.tables.event(id).await
+    }
+
     async fn create_product(&self, product: &NewProduct, now: Millis) -> StoreResult<Product> {
         let id = self.tables.insert_product(product, now).await?;
         self.durable().await?;
@@ -210,6 +216,23 @@ impl Store for SqliteStore {
         now: Millis,
     ) -> StoreResult<Option<Product>> {
         self.tables.add_stock(id, quantity, now).await?;
+        self.durable().await?;
+        self.tables.product(id).await
+    }
+
+    async fn set_paused(
+        &self,
+        id: ProductId,
+        paused: bool,
+        now: Millis,
+    ) -> StoreResult<Option<Product>> {
+        self.tables.set_paused(id, paused, now).await?;
+        self.durable().await?;
+        self.tables.product(id).await
+    }
+
+    async fn end_product(&self, id: ProductId, now: Millis) -> StoreResult<Option<Product>> {
+        self.tables.end_product(id, now).await?;
         self.durable().await?;
         self.tables.product(id).await
     }

@@ -5,7 +5,7 @@
 -- the encoded order.
 -- Returns {code, remaining} per buy, one flat list: 0 taken (and the order appended to the
 -- outbox, in the same step, so it cannot be lost between gate and queue), -1 not loaded, -2 not
--- started, -3 ended, -4 per-user limit reached, -5 not enough stock.
+-- started, -3 ended, -4 per-user limit reached, -5 not enough stock, -6 paused by an operator.
 --
 -- Every redis.call has a fixed cost (its arguments copied, the command looked up, its reply
 -- turned into Lua values), so what the buys need to know is read with one call for the whole
@@ -23,7 +23,7 @@ if replay then
 end
 local buys = #ARGV / 4
 local answers = {}
-local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit')
+local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit', 'paused')
 if not sale[1] then
   for i = 1, buys do
     answers[2 * i - 1], answers[2 * i] = -1, 0
@@ -32,6 +32,8 @@ if not sale[1] then
 end
 local remaining = tonumber(sale[1])
 local start, stop, limit = tonumber(sale[2]), tonumber(sale[3]), tonumber(sale[4])
+-- A product loaded before pausing existed has no `paused` field: not paused.
+local paused = sale[5] == '1'
 local users = {}
 for i = 0, buys - 1 do
   users[i + 1] = ARGV[4 * i + 1]
@@ -46,6 +48,8 @@ for i = 0, buys - 1 do
     code = -2
   elseif now >= stop then
     code = -3
+  elseif paused then
+    code = -6
   else
     -- What the buyer held before this batch, or after their earlier buys in it.
     local has = held[user] or tonumber(stored[i + 1] or '0')

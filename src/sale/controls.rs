@@ -1,0 +1,120 @@
+//! The operator's controls of a running sale: pausing and resuming buying of a product, and
+//! ending a product's or a whole event's sale early. Each reaches the database first, then this
+//! process's catalog and the gate, whose atomic step decides the next buy on every server the
+//! new way; other processes' catalogs (what their shoppers are shown) follow at their next
+//! refresh. Orders already taken stay: ending a sale early cancels nothing.
+
+use super::{AdminError, SaleService, unless_not_loaded};
+use crate::domain::{Product, ProductId, SaleEvent};
+
+/// A control applied: the product or event as it is now, and whether this call changed it. A
+/// repeat (pausing a paused product, ending an ended sale) changes nothing and answers the same,
+/// so an operator may press twice, and only a change is worth an audit entry.
+#[derive(Debug, Clone)]
+pub struct Controlled<T> {
+    pub value: T,
+    pub changed: bool,
+}
+
+impl SaleService {
+    /// Pauses (`paused`) or resumes buying of a product. The gate is told even when the
+    /// database says so already: an earlier call may have failed between the two.
+    pub async fn set_paused(
+        &self,
+        id: ProductId,
+        paused: bool,
+    ) -> Result<Controlled<Product>, AdminError> {
+        let current = self.known_product(id).await?;
+        let changed = current.is_paused() != paused;
+        let product = if changed {
+            self.store
+                .set_paused(id, paused, self.now())
+                .await?
+                .ok_or(AdminError::UnknownProduct)?
+        } else {
+            current
+        };
+        self.catalog.put(&product);
+        unless_not_loaded(self.gate.set_paused(id, product.is_paused()).await)?;
+        Ok(Controlled {
+            value: product,
+            changed,
+        })
+    }
+
+    /// Ends a product's sale now, unless it has ended: from the next buy on, every server
+    /// refuses it as ended. A sale that has not started ends too, and will not start.
+    pub async fn end_product(&self, id: ProductId) -> Result<Controlled<Product>, AdminError> {
+        let now = self.now();
+        let current = self.known_product(id).await?;
+        let changed = current.window.end > now;
+        let product = if changed {
+            self.store
+                .end_product(id, now)
+                .await?
+                .ok_or(AdminError::UnknownProduct)?
+        } else {
+            current
+        };
+        self.reconfigure(&product).await?;
+        Ok(Controlled {
+            value: product,
+            changed,
+        })
+    }
+
+    /// Ends a sale event now, with each of its products whose sale has not ended (see
+    /// [`Self::end_product`]). An event that has ended with all its products is left as it is.
+    pub async fn end_event(&self, id: i64) -> Result<Controlled<SaleEvent>, AdminError> {
+        let now = self.now();
+        let current = self
+            .store
+            .event(id)
+            .await?
+            .ok_or(AdminError::UnknownEvent)?;
+        let before = self.products_of_event(id).await?;
+        let changed = current.window.end > now || before.iter().any(|p| p.window.end > now);
+        let event = if changed {
+            self.store
+                .end_event(id, now)
+                .await?
+                .ok_or(AdminError::UnknownEvent)?
+        } else {
+            current
+        };
+        self.catalog.put_event(event.clone());
+        for product in self.products_of_event(id).await? {
+            self.reconfigure(&product).await?;
+        }
+        Ok(Controlled {
+            value: event,
+            changed,
+        })
+    }
+
+    /// A product as the database has it, or the operator's mistake.
+    pub(super) async fn known_product(&self, id: ProductId) -> Result<Product, AdminError> {
+        self.store
+            .product(id)
+            .await?
+            .ok_or(AdminError::UnknownProduct)
+    }
+
+    /// The products of a sale event, from the database.
+    async fn products_of_event(&self, event: i64) -> Result<Vec<Product>, AdminError> {
+        let mut products = self.store.products().await?;
+        products.retain(|p| p.event_id == Some(event));
+        Ok(products)
+    }
+
+    /// Gives this process's catalog and the gate a product's window and limit as the database
+    /// has them.
+    pub(super) async fn reconfigure(&self, product: &Product) -> Result<(), AdminError> {
+        self.catalog.put(product);
+        let configured = self
+            .gate
+            .configure(product.id, product.window, product.per_user_limit)
+            .await;
+        Ok(unless_not_loaded(configured)?)
+    }
+}
