@@ -22,4 +22,5 @@ mod restart;
 mod sandbox;
 mod sessions;
 mod shared_gate;
+mod sign_out;
 mod store;
