@@ -3,8 +3,10 @@
 
 mod cluster;
 mod payments;
+mod sessions;
 
 use crate::auth::TokenSigner;
+use crate::auth::revocation::RevokedSessions;
 use crate::clock::SharedClock;
 use crate::config::{Config, Secret};
 use crate::gate::memory::MemoryGate;
@@ -245,7 +247,13 @@ impl App {
             None
         };
         let limits = Arc::new(RateLimits::new(&config.rate_limit));
-        let tasks = vec![spawn_forget_idle(limits.clone())];
+        let revoked = Arc::new(RevokedSessions::default());
+        let tasks = vec![
+            spawn_forget_idle(limits.clone()),
+            sessions::spawn_sync(store.clone(), revoked.clone(), clock.clone())
+                .await
+                .context("reading the ended sessions")?,
+        ];
         let state = AppState {
             sale: core.sale.clone(),
             store,
@@ -256,6 +264,7 @@ impl App {
                 ),
                 admin_token: admin_token.clone(),
                 clock,
+                revoked,
             }),
             passwords: Arc::new(crate::auth::password::Hasher::per_core()?),
             limits,

@@ -1,8 +1,10 @@
 //! Who is asking: password hashing for accounts (bounded, so sign-ins cannot take the server's
-//! memory) and signed session tokens that are checked without any I/O. The request extractors
+//! memory), signed session tokens that are checked without any I/O, and the sessions ended
+//! before their tokens expire. The request extractors
 //! that turn a token into a user are HTTP's (`http::extract`).
 
 pub mod password;
+pub mod revocation;
 pub mod token;
 
 pub use token::TokenSigner;

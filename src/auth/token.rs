@@ -1,8 +1,10 @@
-//! Stateless session tokens: `base64url(user_id:expires_ms:username) . base64url(HMAC-SHA256)`.
-//! Checking one is a hash over a few bytes, no database and no lock, so the buy path can
-//! authenticate every request. Tokens cannot be revoked before they expire; keep the lifetime
-//! modest (config `session_ttl_secs`) and rotate `SECKILL_SECRET` to log everybody out.
+//! Session tokens: `base64url(user_id:expires_ms:session_id:username) . base64url(HMAC-SHA256)`.
+//! Checking one is a hash over a few bytes, no database, so the buy path can authenticate
+//! every request. Signing out ends the token's session through
+//! [`RevokedSessions`](super::revocation::RevokedSessions), which the caller checks; rotating
+//! `SECKILL_SECRET` ends every session at once.
 
+use super::revocation::SessionId;
 use crate::domain::{Millis, UserId, Username};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -11,9 +13,10 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Room for the longest payload a signer issues: two numbers of up to 20 characters, a name of
-/// up to 32 and two colons (74 bytes). A longer one was not issued here and fails to decode.
-const PAYLOAD_ROOM: usize = 96;
+/// Room for the longest payload a signer issues: two numbers of up to 20 characters, a session
+/// id of 32, a name of up to 32 and three colons (107 bytes). A longer one was not issued here
+/// and fails to decode.
+const PAYLOAD_ROOM: usize = 128;
 /// Room for a signature: 32 bytes, and slack for a garbled one to fail on its length instead.
 const SIGNATURE_ROOM: usize = 48;
 
@@ -23,6 +26,8 @@ pub struct Claims {
     pub user_id: UserId,
     pub username: String,
     pub expires_at: Millis,
+    /// The session the token belongs to, to end it on sign-out.
+    pub session: SessionId,
 }
 
 /// Signs and checks session tokens with the server secret.
@@ -40,10 +45,11 @@ impl TokenSigner {
         }
     }
 
-    /// A token for `user`, valid from `now` for the configured lifetime.
+    /// A token for a new session of `user`, valid from `now` for the configured lifetime.
     pub fn issue(&self, user: UserId, username: &Username, now: Millis) -> (String, Millis) {
         let expires_at = now + self.ttl_ms;
-        let payload = format!("{}:{}:{}", user.0, expires_at, username);
+        let session = SessionId::random();
+        let payload = format!("{}:{expires_at}:{session}:{username}", user.0);
         let mut mac = self.mac.clone();
         mac.update(payload.as_bytes());
         let sig = mac.finalize().into_bytes();
@@ -65,14 +71,16 @@ impl TokenSigner {
         mac.update(payload);
         mac.verify_slice(sig).ok()?;
         let payload = std::str::from_utf8(payload).ok()?;
-        let mut parts = payload.splitn(3, ':');
+        let mut parts = payload.splitn(4, ':');
         let user_id = parts.next()?.parse().ok()?;
         let expires_at: Millis = parts.next()?.parse().ok()?;
+        let session = SessionId::parse(parts.next()?)?;
         let username = parts.next()?.to_owned();
         (now < expires_at).then_some(Claims {
             user_id: UserId(user_id),
             username,
             expires_at,
+            session,
         })
     }
 }
@@ -93,6 +101,12 @@ mod tests {
         assert_eq!(claims.user_id, UserId(7));
         assert_eq!(claims.username, "alice");
         assert_eq!(claims.expires_at, exp);
+        let (again, _) = signer().issue(UserId(7), &name, 5_000);
+        let second = signer().verify(&again, 5_500).unwrap();
+        assert_ne!(
+            claims.session, second.session,
+            "each sign-in is its own session"
+        );
     }
 
     #[test]
@@ -114,13 +128,13 @@ mod tests {
         let other = TokenSigner::new(b"another secret entirely, 32 bytes", 1_000);
         assert!(other.verify(&token, 5_500).is_none(), "wrong key");
         let (payload, sig) = token.split_once('.').unwrap();
-        let forged_payload = B64.encode("1:99999999:alice");
+        let forged_payload = B64.encode(format!("1:99999999:{:032x}:alice", 1));
         assert!(
             signer()
                 .verify(&format!("{forged_payload}.{sig}"), 5_500)
                 .is_none()
         );
-        let long = B64.encode(format!("1:99999999:{}", "n".repeat(90)));
+        let long = B64.encode(format!("1:99999999:{:032x}:{}", 1, "n".repeat(90)));
         for junk in [
             "",
             ".",

@@ -2,9 +2,10 @@
 //! [`AdminAuth`] from the admin token. Both are checked in memory, with no I/O.
 
 use crate::auth::TokenSigner;
+use crate::auth::revocation::{RevokedSessions, SessionId};
 use crate::clock::SharedClock;
 use crate::config::Secret;
-use crate::domain::UserId;
+use crate::domain::{Millis, UserId};
 use crate::error::ApiError;
 use axum::extract::{FromRef, FromRequestParts, OptionalFromRequestParts};
 use axum::http::header::{AUTHORIZATION, COOKIE};
@@ -14,11 +15,15 @@ use std::sync::Arc;
 /// The name of the cookie that carries the session token for pages and the page script.
 pub const SESSION_COOKIE: &str = "seckill_session";
 
-/// What the extractors need: the token signer, the admin token and the clock.
+/// What the extractors need: the token signer, the admin token, the clock and the sessions
+/// ended before their time.
 pub struct AuthKeys {
     pub tokens: TokenSigner,
     pub admin_token: Secret,
     pub clock: SharedClock,
+    /// Shoppers' and operators' sessions ended by signing out, kept current from the database
+    /// by the server's revocation task.
+    pub revoked: Arc<RevokedSessions>,
 }
 
 /// The signed-in shopper making this request.
@@ -26,6 +31,10 @@ pub struct AuthKeys {
 pub struct CurrentUser {
     pub id: UserId,
     pub username: String,
+    /// The session of the token, to end it on sign-out.
+    pub session: SessionId,
+    /// When the token expires, after which ending its session is moot.
+    pub expires_at: Millis,
 }
 
 impl<S> FromRequestParts<S> for CurrentUser
@@ -43,10 +52,13 @@ where
         let claims = keys
             .tokens
             .verify(token, keys.clock.now_ms())
+            .filter(|claims| !keys.revoked.contains(claims.session))
             .ok_or_else(ApiError::unauthorized)?;
         Ok(CurrentUser {
             id: claims.user_id,
             username: claims.username,
+            session: claims.session,
+            expires_at: claims.expires_at,
         })
     }
 }

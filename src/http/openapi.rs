@@ -124,6 +124,9 @@ fn add_extractor_errors(doc: &mut Value) {
             } else if security.contains("session_bearer") {
                 errors.push(("401", "`unauthorized`: no valid session token"));
             }
+            if op.get("requestBody").is_some() {
+                errors.push(("413", "`body_too_large`: the body is over the size limit"));
+            }
             if op["requestBody"]["required"] == true {
                 errors.extend([
                     (
@@ -131,7 +134,6 @@ fn add_extractor_errors(doc: &mut Value) {
                         "`malformed_json`: the body is not JSON; `bad_request`: the body could \
                          not be read",
                     ),
-                    ("413", "`body_too_large`: the body is over the size limit"),
                     (
                         "415",
                         "`unsupported_media_type`: the body is not sent as `application/json`",
@@ -401,8 +403,9 @@ mod tests {
         for status in ["400", "401", "404", "413", "415", "422"] {
             assert!(events.get(status).is_none(), "{status}");
         }
-        // The pay body is optional and read without `AppJson`: no 415.
+        // The pay body is optional and read without `AppJson`: no 415, but a limit all the same.
         assert!(answer("/api/v1/orders/{id}/pay", "post", "415").is_empty());
+        assert!(answer("/api/v1/orders/{id}/pay", "post", "413").contains("body_too_large"));
     }
 
     #[test]

@@ -146,6 +146,15 @@ pub struct AuditEntry {
     pub at: Millis,
 }
 
+/// A session ended before its token expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokedSession {
+    /// The session's id, as its token carries it.
+    pub session_id: String,
+    /// When the token would have expired anyway: after that the entry is of no use.
+    pub expires_at: Millis,
+}
+
 /// Durable storage for every backend.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -261,4 +270,16 @@ pub trait Store: Send + Sync + 'static {
     async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()>;
     /// The latest `limit` entries of the audit log, newest first.
     async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Ends a session before its token expires, for every server (once per session id).
+    async fn revoke_session(&self, revoked: &RevokedSession, now: Millis) -> StoreResult<()>;
+    /// Up to `limit` sessions ended after position `after` of the list, each with its
+    /// position, in order: a server reads from the last position it saw.
+    async fn revoked_sessions(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, RevokedSession)>>;
+    /// Drops ended sessions whose tokens have expired by `now` anyway; how many.
+    async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64>;
 }

@@ -23,4 +23,5 @@ mod sale_controls;
 mod sandbox;
 mod sessions;
 mod shared_gate;
+mod sign_out;
 mod store;

@@ -3,8 +3,9 @@
 //!
 //! Signing in with the admin token sets a session cookie (`HttpOnly`, `SameSite=Strict`,
 //! `Path=/admin`) holding a random session id and its expiry, signed with an HMAC keyed by the
-//! admin token, so rotating the token ends every session. Every form carries a CSRF token, the
-//! HMAC of the session id, and every POST is refused with 403 without the right one.
+//! admin token, so rotating the token ends every session; signing out ends one, on every server
+//! (`auth::revocation`). Every form carries a CSRF token, the HMAC of the session id, and every
+//! POST is refused with 403 without the right one.
 
 pub mod audit;
 pub mod catalog;
@@ -12,9 +13,12 @@ pub mod dashboard;
 pub mod orders;
 pub mod session;
 
+use crate::auth::revocation::SessionId;
+use crate::domain::Millis;
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::api::admin::record_audit;
+use crate::http::api::sessions::revoke;
 use askama::Template;
 use axum::Router;
 use axum::body::Bytes;
@@ -70,15 +74,19 @@ fn keyed(state: &AppState, purpose: &[u8]) -> HmacSha256 {
 
 /// A signed-in operator's session, known by the CSRF token its forms carry.
 pub struct AdminSession {
+    id: SessionId,
+    expires_at: Millis,
     csrf: String,
 }
 
 impl AdminSession {
-    /// The CSRF token of the session with this id.
-    fn for_id(state: &AppState, id: &str) -> Self {
+    /// The session with this id, and the CSRF token its forms carry.
+    fn new(state: &AppState, id: SessionId, expires_at: Millis) -> Self {
         let mut mac = keyed(state, b"csrf:");
-        mac.update(id.as_bytes());
+        mac.update(id.to_string().as_bytes());
         Self {
+            id,
+            expires_at,
             csrf: B64.encode(mac.finalize().into_bytes()),
         }
     }
@@ -90,12 +98,8 @@ impl AdminSession {
 
     /// A new session: the `Set-Cookie` value that starts it.
     fn start(state: &AppState) -> String {
-        let id: String = rand::random::<[u8; 16]>()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         let expires_at = state.sale.now() + SESSION_TTL_MS;
-        let payload = format!("{id}:{expires_at}");
+        let payload = format!("{}:{expires_at}", SessionId::random());
         let mut mac = keyed(state, b"session:");
         mac.update(payload.as_bytes());
         let value = format!(
@@ -106,8 +110,8 @@ impl AdminSession {
         cookie(state, &value, SESSION_TTL_MS / 1000)
     }
 
-    /// The session a cookie value proves: well formed, signed with the current admin token and
-    /// not expired.
+    /// The session a cookie value proves: well formed, signed with the current admin token, not
+    /// expired and not ended by signing out.
     fn verify(state: &AppState, value: &str) -> Option<Self> {
         if value.len() > MAX_COOKIE_LEN {
             return None;
@@ -118,8 +122,15 @@ impl AdminSession {
         mac.update(&payload);
         mac.verify_slice(&B64.decode(sig).ok()?).ok()?;
         let (id, expires_at) = std::str::from_utf8(&payload).ok()?.split_once(':')?;
-        let expires_at: i64 = expires_at.parse().ok()?;
-        (state.sale.now() < expires_at).then(|| Self::for_id(state, id))
+        let id = SessionId::parse(id)?;
+        let expires_at: Millis = expires_at.parse().ok()?;
+        (state.sale.now() < expires_at && !state.auth.revoked.contains(id))
+            .then(|| Self::new(state, id, expires_at))
+    }
+
+    /// Ends this session on every server (see [`revoke`]).
+    async fn end(&self, state: &AppState) -> Result<(), ApiError> {
+        revoke(state, self.id, self.expires_at).await
     }
 
     /// Whether a form's CSRF token is this session's, compared in constant time.

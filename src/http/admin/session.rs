@@ -58,7 +58,8 @@ async fn sign_in(
     with_cookie(see_other("/admin/products"), &AdminSession::start(&state))
 }
 
-/// Ends the session: the browser forgets its cookie.
-async fn sign_out(State(state): State<AppState>, _: ConsoleForm) -> Result<Response, ApiError> {
+/// Ends the session on every server, and the browser forgets its cookie.
+async fn sign_out(State(state): State<AppState>, form: ConsoleForm) -> Result<Response, ApiError> {
+    form.session.end(&state).await?;
     with_cookie(see_other(SIGN_IN), &ending_cookie(&state))
 }

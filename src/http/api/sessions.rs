@@ -1,15 +1,19 @@
 //! Accounts and sign-in: `POST /users` registers, `POST /sessions` signs in and hands out a
-//! session token (also set as an HttpOnly cookie for the pages), `DELETE /sessions` signs out.
+//! session token (also set as an HttpOnly cookie for the pages), `DELETE /sessions` signs out,
+//! ending the session on every server.
 //! Both hash a password, so both wait for a turn at the
 //! [`Hasher`](crate::auth::password::Hasher) and are refused with 503 `busy` when too many are
 //! under way; a refused request changes nothing.
 
 use super::ErrorBody;
+use crate::auth::revocation::SessionId;
+use crate::domain::Millis;
 use crate::domain::{Password, Username};
 use crate::error::{ApiError, AppJson};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
-use crate::http::extract::SESSION_COOKIE;
+use crate::http::extract::{CurrentUser, SESSION_COOKIE};
+use crate::store::RevokedSession;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -144,13 +148,40 @@ async fn sign_in(
     delete,
     path = "/api/v1/sessions",
     tag = "sessions",
-    summary = "Sign out: delete the session cookie",
+    summary = "Sign out: end the session on every server and delete the session cookie",
+    description = "The token (bearer or cookie) stops working on this server at once and on every other within a second. Without a valid token there is no session to end, and only the cookie is deleted.",
     responses(
-        (status = 204, description = "The cookie is deleted", headers(("set-cookie" = String, description = "`seckill_session`, expired"))),
+        (status = 204, description = "The session is ended and the cookie deleted", headers(("set-cookie" = String, description = "`seckill_session`, expired"))),
+        (status = 500, description = "`internal`: the database could not record the sign-out; the session may still work on other servers, retry", body = ErrorBody),
     )
 )]
-async fn sign_out(State(state): State<AppState>) -> Result<(StatusCode, HeaderMap), ApiError> {
+async fn sign_out(
+    State(state): State<AppState>,
+    user: Option<CurrentUser>,
+) -> Result<(StatusCode, HeaderMap), ApiError> {
+    if let Some(user) = user {
+        revoke(&state, user.session, user.expires_at).await?;
+    }
     Ok((StatusCode::NO_CONTENT, session_cookie(&state, "", 0)?))
+}
+
+/// Ends a session, a shopper's or an operator's, until its token would have expired: at once
+/// on this server, and on every other once it reads the database (within a second).
+pub async fn revoke(
+    state: &AppState,
+    session: SessionId,
+    expires_at: Millis,
+) -> Result<(), ApiError> {
+    state.auth.revoked.insert(session, expires_at);
+    let revoked = RevokedSession {
+        session_id: session.to_string(),
+        expires_at,
+    };
+    state
+        .store
+        .revoke_session(&revoked, state.sale.now())
+        .await?;
+    Ok(())
 }
 
 /// The `Set-Cookie` header that stores (or, with `max_age` 0, deletes) the session token.

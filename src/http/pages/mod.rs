@@ -7,7 +7,7 @@ pub mod i18n;
 pub mod views;
 
 use super::api::catalog::product_views_of_event;
-use super::api::sessions::session_cookie;
+use super::api::sessions::{revoke, session_cookie};
 use super::assets::cached;
 use crate::domain::{OrderStatus, SaleStatus};
 use crate::error::ApiError;
@@ -249,7 +249,13 @@ async fn orders_page(
     )
 }
 
-async fn logout(State(state): State<AppState>) -> Result<Response, ApiError> {
+async fn logout(
+    State(state): State<AppState>,
+    user: Option<CurrentUser>,
+) -> Result<Response, ApiError> {
+    if let Some(user) = user {
+        revoke(&state, user.session, user.expires_at).await?;
+    }
     let cookie = session_cookie(&state, "", 0)?;
     Ok((StatusCode::SEE_OTHER, cookie, [(header::LOCATION, "/")]).into_response())
 }

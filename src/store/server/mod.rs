@@ -12,8 +12,8 @@ use super::sql::{
     RETURN_STOCK, TAKE_STOCK, Tables, query, units_of,
 };
 use super::{
-    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store,
-    StoreResult, UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch,
+    RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -387,6 +387,22 @@ impl Store for ServerStore {
 
     async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
         self.tables.audit_log(limit).await
+    }
+
+    async fn revoke_session(&self, revoked: &RevokedSession, now: Millis) -> StoreResult<()> {
+        self.tables.revoke_session(revoked, now).await
+    }
+
+    async fn revoked_sessions(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, RevokedSession)>> {
+        self.tables.revoked_sessions(after, limit).await
+    }
+
+    async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64> {
+        self.tables.forget_revoked_sessions(now).await
     }
 }
 

@@ -12,8 +12,8 @@ pub(super) mod rows;
 pub use dialect::Dialect;
 
 use super::{
-    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, ProductPatch, StoreResult,
-    UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, ProductPatch, RevokedSession,
+    StoreResult, UserRecord,
 };
 use crate::domain::{
     Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -122,6 +122,9 @@ struct Statements {
     insert_audit: Arc<str>,
     audit_log: Arc<str>,
     payments_of: Arc<str>,
+    revoke_session: Arc<str>,
+    revoked_sessions: Arc<str>,
+    forget_revoked_sessions: Arc<str>,
 }
 
 impl Statements {
@@ -229,6 +232,13 @@ impl Statements {
             ),
             audit_log: sql("SELECT actor, action, recorded_at FROM audit_log \
                  ORDER BY id DESC LIMIT ?"),
+            revoke_session: sql(&d.insert_new(
+                "revoked_sessions (session_id, expires_at, revoked_at) VALUES (?, ?, ?)",
+                "session_id",
+            )),
+            revoked_sessions: sql("SELECT seq, session_id, expires_at FROM revoked_sessions \
+                 WHERE seq > ? ORDER BY seq LIMIT ?"),
+            forget_revoked_sessions: sql("DELETE FROM revoked_sessions WHERE expires_at <= ?"),
         }
     }
 }
@@ -586,6 +596,50 @@ impl Tables {
                 })
             })
             .collect()
+    }
+
+    /// See [`crate::store::Store::revoke_session`].
+    pub async fn revoke_session(&self, revoked: &RevokedSession, now: Millis) -> StoreResult<()> {
+        query(&self.sql.revoke_session)
+            .bind(revoked.session_id.clone())
+            .bind(revoked.expires_at)
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// See [`crate::store::Store::revoked_sessions`].
+    pub async fn revoked_sessions(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, RevokedSession)>> {
+        let rows = query(&self.sql.revoked_sessions)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get(0)?,
+                    RevokedSession {
+                        session_id: row.try_get(1)?,
+                        expires_at: row.try_get(2)?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// See [`crate::store::Store::forget_revoked_sessions`].
+    pub async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64> {
+        let done = query(&self.sql.forget_revoked_sessions)
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     /// See [`crate::store::Store::payments_of`].

@@ -24,8 +24,8 @@ use wal_flush::WalFlush;
 
 use super::sql::{self, Dialect, Tables};
 use super::{
-    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch, Store,
-    StoreResult, UserRecord,
+    AuditEntry, KeptPayment, NewProduct, Overdue, PaymentRecord, Persisted, ProductPatch,
+    RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
     Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
@@ -327,6 +327,25 @@ impl Store for SqliteStore {
 
     async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>> {
         self.tables.audit_log(limit).await
+    }
+
+    async fn revoke_session(&self, revoked: &RevokedSession, now: Millis) -> StoreResult<()> {
+        self.tables.revoke_session(revoked, now).await?;
+        self.durable().await
+    }
+
+    async fn revoked_sessions(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, RevokedSession)>> {
+        self.tables.revoked_sessions(after, limit).await
+    }
+
+    async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64> {
+        let forgotten = self.tables.forget_revoked_sessions(now).await?;
+        self.durable().await?;
+        Ok(forgotten)
     }
 }
 
