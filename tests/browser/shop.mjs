@@ -1,10 +1,12 @@
 // The shop driven in Debian's headless Chromium (scripts/browser-test starts the server):
 // register, buy in the live sale, pay on the sandbox checkout, see the order paid; the
 // operator creates a product that appears on the sale page, opens on its countdown and sells
-// out; the language switch.
+// out; the language switch. Every page shown is checked for what keeps it from a screen reader
+// or a weak eye (axe-core's rules: labels, names, contrast, landmarks).
 // Usage: node tests/browser/shop.mjs <base-url>; screenshots go to $SECKILL_SCREENSHOTS.
 import { chromium } from 'playwright-core';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
 const base = process.argv[2];
@@ -16,6 +18,12 @@ const adminToken = process.env.SECKILL_ADMIN_TOKEN;
 const shots = process.env.SECKILL_SCREENSHOTS || 'target/browser-screenshots';
 mkdirSync(shots, { recursive: true });
 
+// axe-core, evaluated into each page through the browser's debugging protocol, which the pages'
+// Content-Security-Policy does not govern (a script tag would be refused, as it should be).
+const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+// What fails the run: problems that stop or seriously hinder a reader, contrast among them.
+const BLOCKING = new Set(['serious', 'critical']);
+
 const VIEWPORTS = { phone: { width: 375, height: 812 }, desktop: { width: 1280, height: 800 } };
 const TIMEOUT = 15000;
 
@@ -24,9 +32,24 @@ function check(cond, what) {
   console.log('ok: ' + what);
 }
 
+// The page as it is must pass axe-core's WCAG 2.1 A and AA rules, none of them seriously broken.
+async function accessible(page, name) {
+  if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(AXE);
+  const { violations } = await page.evaluate(() =>
+    window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }));
+  const blocking = violations.filter((v) => BLOCKING.has(v.impact));
+  for (const v of blocking) {
+    console.error(`${name}: ${v.id} (${v.impact}): ${v.help}`);
+    for (const node of v.nodes.slice(0, 5)) console.error('  ' + node.target.join(' ') + ': ' + node.failureSummary.replace(/\n/g, ' '));
+  }
+  check(blocking.length === 0, `${name} has no serious accessibility problem (${violations.length} minor)`);
+}
+
 // A full-page screenshot of the page as it is, once per viewport, then back to the first; at
-// each size the page must fit the screen's width (nothing to scroll sideways on a phone).
+// each size the page must fit the screen's width (nothing to scroll sideways on a phone). The
+// page must also be accessible.
 async function screenshots(page, name) {
+  await accessible(page, name);
   const original = page.viewportSize();
   for (const [kind, size] of Object.entries(VIEWPORTS)) {
     await page.setViewportSize(size);
@@ -148,6 +171,18 @@ async function adminProductSellsOut(page) {
   await screenshots(page, 'sale-sold-out');
 }
 
+// The console's other pages, as the operator signed in above sees them.
+async function consolePages(page) {
+  for (const [path, name] of [['/admin/dashboard', 'admin-dashboard'], ['/admin/orders', 'admin-orders'], ['/admin/audit', 'admin-audit']]) {
+    await page.goto(base + path);
+    check(new URL(page.url()).pathname === path, `the console shows ${path}`);
+    await screenshots(page, name);
+  }
+  await page.goto(base + '/admin/products');
+  await Promise.all([page.waitForURL(/\/admin\/products\/\d+$/), page.locator('a[href^="/admin/products/"]').first().click()]);
+  await screenshots(page, 'admin-product');
+}
+
 async function languageSwitch(page) {
   await page.goto(base + '/');
   const before = { lang: await page.locator('html').getAttribute('lang'), title: await page.locator('h1').first().textContent() };
@@ -173,8 +208,10 @@ try {
   page.on('pageerror', (e) => { failed = true; console.error('page error: ' + e.message); });
   await register(page, 'shopper' + Date.now().toString(36));
   await buyAndPay(page);
-  if (adminToken) await adminProductSellsOut(page);
-  else console.log('skipped: the operator console (SECKILL_ADMIN_TOKEN is not set)');
+  if (adminToken) {
+    await adminProductSellsOut(page);
+    await consolePages(page);
+  } else console.log('skipped: the operator console (SECKILL_ADMIN_TOKEN is not set)');
   await languageSwitch(page);
   if (failed) throw new Error('a page threw a script error');
   console.log('all browser checks passed');

@@ -348,7 +348,7 @@ pub const EN: Strings = Strings {
     other_name: "中文",
     switch_label: "Language",
     brand_tag: "flash sale",
-    home_label: "seckill home",
+    home_label: "seckill flash sale, home",
     nav_label: "Main",
     nav_sale: "Sale",
     nav_orders: "My orders",
