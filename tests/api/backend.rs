@@ -44,7 +44,16 @@ fn server_url() -> Option<String> {
     }
 }
 
-/// Databases of earlier runs of this test binary, found by their name prefix.
+/// Whether a database named `seckill_t_<pid>_…` belongs to a test process that has ended: only
+/// those are dropped, so two test runs on one machine leave each other's databases alone.
+fn of_an_ended_run(name: &str) -> bool {
+    name.strip_prefix("seckill_t_")
+        .and_then(|rest| rest.split('_').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_none_or(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Databases of earlier runs of this test binary that have ended, found by their name prefix.
 async fn drop_stale_databases(server: &str, dialect: Dialect) {
     let admin = match dialect {
         Dialect::Postgres => format!("{server}/postgres"),
@@ -62,8 +71,7 @@ async fn drop_stale_databases(server: &str, dialect: Dialect) {
         }
     };
     let names: Vec<String> = sqlx::query_scalar(list).fetch_all(&pool).await.unwrap();
-    let mine = format!("seckill_t_{}_", std::process::id());
-    for name in names.iter().filter(|n| !n.starts_with(&mine)) {
+    for name in names.iter().filter(|n| of_an_ended_run(n)) {
         let drop = match dialect {
             Dialect::Postgres => format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
             _ => format!("DROP DATABASE IF EXISTS `{name}`"),
