@@ -16,7 +16,8 @@ pub mod sql;
 pub mod sqlite;
 
 use crate::domain::{
-    Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+    Image, ImageId, Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow,
+    UserId, Username,
 };
 use async_trait::async_trait;
 use sql::Dialect;
@@ -247,4 +248,13 @@ pub trait Store: Send + Sync + 'static {
     async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()>;
     /// The latest `limit` entries of the audit log, newest first.
     async fn audit_log(&self, limit: i64) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Keeps an uploaded image under its id. False when an image with that id (so the same
+    /// bytes) is kept already: nothing changes.
+    async fn put_image(&self, image: &Image, now: Millis) -> StoreResult<bool>;
+    /// The image kept under `id`.
+    async fn image(&self, id: ImageId) -> StoreResult<Option<Image>>;
+    /// The ids of kept images, at most `limit`: how a server learns which images exist, so it
+    /// can turn unknown ids away without asking the database for each.
+    async fn image_ids(&self, limit: i64) -> StoreResult<Vec<ImageId>>;
 }
