@@ -3,7 +3,7 @@
 //! rendered from that same document at `/api/docs`. Both are built once, when the router is.
 
 use super::AppState;
-use super::api::{admin, catalog, orders, sessions};
+use super::api::{admin, catalog, images, orders, sessions};
 use askama::Template;
 use axum::Router;
 use axum::body::Bytes;
@@ -43,6 +43,7 @@ use utoipa::{Modify, OpenApi};
         admin::create_product,
         admin::update_product,
         admin::add_stock,
+        images::upload,
     ),
     modifiers(&SecuritySchemes),
     tags(
@@ -120,7 +121,8 @@ fn add_extractor_errors(doc: &mut Value) {
             } else if security.contains("session_bearer") {
                 errors.push(("401", "`unauthorized`: no valid session token"));
             }
-            if op["requestBody"]["required"] == true {
+            let json_body = &op["requestBody"]["content"]["application/json"];
+            if op["requestBody"]["required"] == true && !json_body.is_null() {
                 errors.extend([
                     (
                         "400",
@@ -259,7 +261,17 @@ fn reference_page(doc: &Value) -> ReferencePage {
             let request = match &op["requestBody"] {
                 Value::Null => "none".to_owned(),
                 body => {
-                    let name = schema_name(&body["content"]["application/json"]["schema"]);
+                    let json = &body["content"]["application/json"];
+                    let name = if json.is_null() {
+                        // Not JSON (an image): the types it may be sent as.
+                        let types = body["content"].as_object().into_iter().flatten();
+                        types
+                            .map(|(t, _)| t.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    } else {
+                        schema_name(&json["schema"])
+                    };
                     if body["required"] == Value::Bool(true) {
                         name
                     } else {
@@ -399,6 +411,13 @@ mod tests {
         }
         // The pay body is optional and read without `AppJson`: no 415.
         assert!(answer("/api/v1/orders/{id}/pay", "post", "415").is_empty());
+        // An image is not JSON: none of `AppJson`'s codes, the upload's own instead.
+        let upload = |status| answer("/api/v1/admin/images", "post", status);
+        assert!(upload("401").contains("no valid admin token"));
+        assert!(upload("413").contains("`body_too_large`"));
+        assert!(upload("415").contains("`unsupported_image`"));
+        assert!(!upload("415").contains("unsupported_media_type"));
+        assert!(upload("422").is_empty() && !upload("400").contains("malformed_json"));
     }
 
     #[test]
