@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 /// The largest batch: one transaction, one RabbitMQ prefetch window, one outbox read.
 pub const MAX_BATCH: usize = 4_096;
 
+/// The largest `max_image_bytes`: an upload is held whole in memory and sent to the database
+/// in one packet, and MariaDB refuses packets over 16 MiB unless told otherwise.
+pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -67,6 +71,10 @@ pub struct Config {
     pub preheat_secs: u64,
     /// Largest request body accepted (`SECKILL_MAX_BODY_BYTES`).
     pub max_body_bytes: usize,
+    /// Largest product image an operator may upload (`SECKILL_MAX_IMAGE_BYTES`), at most
+    /// [`MAX_IMAGE_BYTES`]; the upload routes take bodies this large instead of
+    /// `max_body_bytes`.
+    pub max_image_bytes: usize,
     /// Most orders written in one transaction, by group commit or a worker
     /// (`SECKILL_MAX_BATCH`). Group commit rarely fills a batch; a worker draining a backlog
     /// does, and larger batches spread each commit over more orders.
@@ -210,6 +218,7 @@ impl Default for Config {
             session_ttl_secs: 7 * 24 * 3600,
             preheat_secs: 300,
             max_body_bytes: 16 * 1024,
+            max_image_bytes: 2 * 1024 * 1024,
             max_batch: 2_048,
             secure_cookies: false,
             client_ip_header: None,
@@ -283,6 +292,9 @@ impl Config {
         }
         if self.max_batch == 0 || self.max_body_bytes == 0 || self.session_ttl_secs == 0 {
             bail!("max_batch, max_body_bytes and session_ttl_secs must be positive");
+        }
+        if !(1..=MAX_IMAGE_BYTES).contains(&self.max_image_bytes) {
+            bail!("max_image_bytes must be 1 to {MAX_IMAGE_BYTES}");
         }
         if self.max_batch > MAX_BATCH {
             bail!("max_batch must be at most {MAX_BATCH}");
@@ -369,6 +381,21 @@ mod tests {
             ..Config::default()
         };
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn the_image_limit_is_positive_and_at_most_what_the_databases_take() {
+        let with = |max_image_bytes| {
+            Config {
+                max_image_bytes,
+                ..Config::default()
+            }
+            .validate()
+        };
+        with(1).unwrap();
+        with(MAX_IMAGE_BYTES).unwrap();
+        assert!(with(0).is_err());
+        assert!(with(MAX_IMAGE_BYTES + 1).is_err());
     }
 
     #[test]

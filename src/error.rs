@@ -10,7 +10,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::FromRequestParts;
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -75,6 +75,16 @@ impl ApiError {
     /// 409 with a specific code.
     pub fn conflict(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
         Self::client(StatusCode::CONFLICT, code, message)
+    }
+
+    /// A body that could not be read: over the size limit (413 `body_too_large`), or broken
+    /// in transit (its status, `bad_request`).
+    pub fn unreadable_body(status: StatusCode, message: impl Into<Cow<'static, str>>) -> Self {
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::client(status, "body_too_large", "the request body is too large")
+        } else {
+            Self::client(status, "bad_request", message)
+        }
     }
 
     /// 422: well-formed JSON whose values break a rule.
@@ -164,13 +174,29 @@ impl From<JsonRejection> for ApiError {
                 "unsupported_media_type",
                 "send the body as JSON with Content-Type: application/json",
             ),
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::client(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "the request body is too large",
-            ),
-            other => Self::client(other.status(), "bad_request", message),
+            other => Self::unreadable_body(other.status(), message),
         }
+    }
+}
+
+/// A raw body (an uploaded image) that could not be read.
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        Self::unreadable_body(rejection.status(), rejection.body_text())
+    }
+}
+
+/// An upload that is not an image the shop keeps.
+impl From<crate::domain::ImageError> for ApiError {
+    fn from(e: crate::domain::ImageError) -> Self {
+        use crate::domain::ImageError;
+        let (status, code) = match e {
+            ImageError::Empty => (StatusCode::BAD_REQUEST, "empty_image"),
+            ImageError::Unsupported | ImageError::Mismatch(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_image")
+            }
+        };
+        Self::client(status, code, e.to_string())
     }
 }
 

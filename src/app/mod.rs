@@ -12,6 +12,7 @@ use crate::config::{Config, Secret};
 use crate::gate::memory::MemoryGate;
 use crate::http::AppState;
 use crate::http::extract::AuthKeys;
+use crate::http::images::Images;
 use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
 use crate::payment::PaymentProvider;
@@ -256,6 +257,7 @@ impl App {
         ];
         let state = AppState {
             sale: core.sale.clone(),
+            images: Arc::new(Images::new(store.clone(), config.max_image_bytes)),
             store,
             auth: Arc::new(AuthKeys {
                 tokens: TokenSigner::new(

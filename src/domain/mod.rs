@@ -2,12 +2,14 @@
 //! user are, and which values are valid. Input is parsed into these types once, at the edge;
 //! the rest of the system trusts them.
 
+pub mod image;
 pub mod money;
 pub mod order;
 pub mod product;
 pub mod quantity;
 pub mod user;
 
+pub use image::{Image, ImageError, ImageFormat, ImageId};
 pub use money::Money;
 pub use order::{Order, OrderId, OrderStatus};
 pub use product::{Product, ProductId, SaleEvent, SaleStatus, SaleWindow};

@@ -42,11 +42,7 @@ pub fn cached(
 ) -> Response {
     let digest = Sha256::digest(&body);
     let etag = format!("\"{}\"", hex(&digest[..12]));
-    let fresh = request
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
-    let mut response = if fresh {
+    let mut response = if not_modified(request, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         let mut r = Response::new(Body::from(body));
@@ -63,6 +59,18 @@ pub fn cached(
         headers.insert(header::ETAG, etag);
     }
     response
+}
+
+/// Whether the client's `If-None-Match` names `etag` (compared weakly, as RFC 9110 says for
+/// this header) or is `*`: it holds the current content already.
+pub fn not_modified(request: &HeaderMap, etag: &str) -> bool {
+    request
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|tag| tag.trim())
+        .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == etag)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -7,6 +7,7 @@ pub mod api;
 pub mod assets;
 pub mod client_ip;
 pub mod extract;
+pub mod images;
 pub mod metrics;
 pub mod openapi;
 pub mod pages;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub auth: Arc<AuthKeys>,
     /// Where every password hash runs, a bounded number at a time (sign-up and sign-in).
     pub passwords: Arc<Hasher>,
+    /// Product images: uploads, and the ones served, from memory when possible.
+    pub images: Arc<images::Images>,
     /// Per-user, per-address and per-account throttles.
     pub limits: Arc<RateLimits>,
     /// Whether the session cookie is marked `Secure`.

@@ -3,7 +3,7 @@
 //! rendered from that same document at `/api/docs`. Both are built once, when the router is.
 
 use super::AppState;
-use super::api::{admin, catalog, orders, sessions};
+use super::api::{admin, catalog, images, orders, sessions};
 use askama::Template;
 use axum::Router;
 use axum::body::Bytes;
@@ -47,6 +47,7 @@ use utoipa::{Modify, OpenApi};
         admin::resume_product,
         admin::end_product,
         admin::end_event,
+        images::upload,
     ),
     modifiers(&SecuritySchemes),
     tags(
@@ -124,10 +125,12 @@ fn add_extractor_errors(doc: &mut Value) {
             } else if security.contains("session_bearer") {
                 errors.push(("401", "`unauthorized`: no valid session token"));
             }
-            if op.get("requestBody").is_some() {
+            // Any body meets the body limit; an operation that says so itself keeps its words.
+            if op.get("requestBody").is_some() && op["responses"].get("413").is_none() {
                 errors.push(("413", "`body_too_large`: the body is over the size limit"));
             }
-            if op["requestBody"]["required"] == true {
+            let json_body = &op["requestBody"]["content"]["application/json"];
+            if op["requestBody"]["required"] == true && !json_body.is_null() {
                 errors.extend([
                     (
                         "400",
@@ -265,7 +268,17 @@ fn reference_page(doc: &Value) -> ReferencePage {
             let request = match &op["requestBody"] {
                 Value::Null => "none".to_owned(),
                 body => {
-                    let name = schema_name(&body["content"]["application/json"]["schema"]);
+                    let json = &body["content"]["application/json"];
+                    let name = if json.is_null() {
+                        // Not JSON (an image): the types it may be sent as.
+                        let types = body["content"].as_object().into_iter().flatten();
+                        types
+                            .map(|(t, _)| t.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    } else {
+                        schema_name(&json["schema"])
+                    };
                     if body["required"] == Value::Bool(true) {
                         name
                     } else {
@@ -406,6 +419,13 @@ mod tests {
         // The pay body is optional and read without `AppJson`: no 415, but a limit all the same.
         assert!(answer("/api/v1/orders/{id}/pay", "post", "415").is_empty());
         assert!(answer("/api/v1/orders/{id}/pay", "post", "413").contains("body_too_large"));
+        // An image is not JSON: none of `AppJson`'s codes, the upload's own instead.
+        let upload = |status| answer("/api/v1/admin/images", "post", status);
+        assert!(upload("401").contains("no valid admin token"));
+        assert!(upload("413").contains("`body_too_large`"));
+        assert!(upload("415").contains("`unsupported_image`"));
+        assert!(!upload("415").contains("unsupported_media_type"));
+        assert!(upload("422").is_empty() && !upload("400").contains("malformed_json"));
     }
 
     #[test]

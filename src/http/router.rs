@@ -1,6 +1,6 @@
 //! Every route in one place.
 
-use super::{AppState, admin, api, assets, metrics, openapi, pages, pay};
+use super::{AppState, admin, api, assets, images, metrics, openapi, pages, pay};
 use crate::error::{ApiError, AppJson};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -17,6 +17,9 @@ use tower_http::trace::TraceLayer;
 /// The whole HTTP application, with `extra` routes that bring their own state (the sandbox
 /// payment gateway, when it is served).
 pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
+    // Image uploads take larger bodies than `max_body_bytes`, through a limit of their own on
+    // their routes, which overrides the app-wide one below.
+    let max_image_bytes = state.images.max_bytes();
     // The API's routes carry their full `/api/v1/...` paths rather than being nested: a
     // nested router rewrites every request's URI on the way in, on the buy path too.
     let routes = Router::new()
@@ -24,7 +27,9 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::catalog::router())
         .merge(api::orders::router())
         .merge(api::admin::router())
-        .merge(admin::router())
+        .merge(api::images::router(max_image_bytes))
+        .merge(admin::router(max_image_bytes))
+        .merge(images::router())
         .merge(pages::router())
         .merge(pay::router())
         .merge(openapi::router())

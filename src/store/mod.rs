@@ -16,7 +16,8 @@ pub mod sql;
 pub mod sqlite;
 
 use crate::domain::{
-    Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+    Image, ImageId, Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow,
+    UserId, Username,
 };
 use async_trait::async_trait;
 use sql::Dialect;
@@ -282,4 +283,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<(i64, RevokedSession)>>;
     /// Drops ended sessions whose tokens have expired by `now` anyway; how many.
     async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64>;
+    /// Keeps an uploaded image under its id. False when an image with that id (so the same
+    /// bytes) is kept already: nothing changes.
+    async fn put_image(&self, image: &Image, now: Millis) -> StoreResult<bool>;
+    /// The image kept under `id`.
+    async fn image(&self, id: ImageId) -> StoreResult<Option<Image>>;
+    /// The ids of kept images, at most `limit`: how a server learns which images exist, so it
+    /// can turn unknown ids away without asking the database for each.
+    async fn image_ids(&self, limit: i64) -> StoreResult<Vec<ImageId>>;
 }

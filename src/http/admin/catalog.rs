@@ -292,7 +292,7 @@ async fn create_product(
     }
 }
 
-async fn product_page(
+pub(super) async fn product_page(
     state: &AppState,
     session: &AdminSession,
     id: ProductId,

@@ -10,6 +10,7 @@
 pub mod audit;
 pub mod catalog;
 pub mod dashboard;
+pub mod images;
 pub mod orders;
 pub mod session;
 
@@ -54,11 +55,12 @@ const MAX_FORM_FIELDS: usize = 32;
 /// The actor the audit log names for changes made through the console.
 const CONSOLE_ACTOR: &str = "admin";
 
-/// `/admin/...`.
-pub fn router() -> Router<AppState> {
+/// `/admin/...`; image uploads take bodies of up to `max_image_bytes` and a form's worth more.
+pub fn router(max_image_bytes: usize) -> Router<AppState> {
     Router::new()
         .merge(session::router())
         .merge(catalog::router())
+        .merge(images::router(max_image_bytes))
         .merge(audit::router())
         .merge(orders::router())
         .merge(dashboard::router())
@@ -133,10 +135,17 @@ impl AdminSession {
         revoke(state, self.id, self.expires_at).await
     }
 
-    /// Whether a form's CSRF token is this session's, compared in constant time.
-    fn accepts(&self, presented: &str) -> bool {
+    /// Refuses a form whose CSRF token is not this session's (compared in constant time).
+    fn check_csrf(&self, presented: &str) -> Result<(), ApiError> {
         let (a, b) = (self.csrf.as_bytes(), presented.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        if a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0 {
+            return Ok(());
+        }
+        Err(ApiError::client(
+            StatusCode::FORBIDDEN,
+            "bad_csrf_token",
+            "the form's CSRF token is missing or wrong: reload the page and try again",
+        ))
     }
 }
 
@@ -204,14 +213,9 @@ impl FromRequest<AppState> for ConsoleForm {
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect();
         let presented = fields.get("csrf").map_or("", String::as_str);
-        if !session.accepts(presented) {
-            return Err(ApiError::client(
-                StatusCode::FORBIDDEN,
-                "bad_csrf_token",
-                "the form's CSRF token is missing or wrong: reload the page and try again",
-            )
-            .into_response());
-        }
+        session
+            .check_csrf(presented)
+            .map_err(IntoResponse::into_response)?;
         Ok(Self { session, fields })
     }
 }

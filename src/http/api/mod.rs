@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod catalog;
+pub mod images;
 pub mod orders;
 pub mod sessions;
 

@@ -16,7 +16,8 @@ use super::{
     RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+    Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId,
+    Username,
 };
 use async_trait::async_trait;
 use retry::retry_conflicts;
@@ -403,6 +404,18 @@ impl Store for ServerStore {
 
     async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64> {
         self.tables.forget_revoked_sessions(now).await
+    }
+
+    async fn put_image(&self, image: &Image, now: Millis) -> StoreResult<bool> {
+        self.tables.put_image(image, now).await
+    }
+
+    async fn image(&self, id: ImageId) -> StoreResult<Option<Image>> {
+        self.tables.image(id).await
+    }
+
+    async fn image_ids(&self, limit: i64) -> StoreResult<Vec<ImageId>> {
+        self.tables.image_ids(limit).await
     }
 }
 

@@ -16,7 +16,8 @@ use super::{
     StoreResult, UserRecord,
 };
 use crate::domain::{
-    Millis, Money, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+    Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, Product, ProductId, SaleEvent,
+    SaleWindow, UserId, Username,
 };
 use rows::{order_columns, product_columns};
 use sqlx::any::{AnyArguments, AnyRow};
@@ -125,6 +126,9 @@ struct Statements {
     revoke_session: Arc<str>,
     revoked_sessions: Arc<str>,
     forget_revoked_sessions: Arc<str>,
+    insert_image: Arc<str>,
+    image: Arc<str>,
+    image_ids: Arc<str>,
 }
 
 impl Statements {
@@ -239,6 +243,12 @@ impl Statements {
             revoked_sessions: sql("SELECT seq, session_id, expires_at FROM revoked_sessions \
                  WHERE seq > ? ORDER BY seq LIMIT ?"),
             forget_revoked_sessions: sql("DELETE FROM revoked_sessions WHERE expires_at <= ?"),
+            insert_image: sql(&d.insert_new(
+                "images (id, content_type, content, size_bytes, created_at) VALUES (?, ?, ?, ?, ?)",
+                "id",
+            )),
+            image: sql("SELECT content_type, content FROM images WHERE id = ?"),
+            image_ids: sql("SELECT id FROM images LIMIT ?"),
         }
     }
 }
@@ -714,6 +724,55 @@ impl Tables {
             stored.extend(ids_of(&select.fetch_all(&mut *conn).await?)?);
         }
         Ok(stored)
+    }
+
+    /// See [`crate::store::Store::put_image`].
+    pub async fn put_image(&self, image: &Image, now: Millis) -> StoreResult<bool> {
+        let done = query(&self.sql.insert_image)
+            .bind(image.id.to_string())
+            .bind(image.format.content_type())
+            .bind(image.bytes.to_vec())
+            .bind(image.len() as i64)
+            .bind(now)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// See [`crate::store::Store::image`].
+    pub async fn image(&self, id: ImageId) -> StoreResult<Option<Image>> {
+        let row = query(&self.sql.image)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let content_type: String = row.try_get(0)?;
+        let format = ImageFormat::from_content_type(&content_type)
+            .ok_or_else(|| sqlx::Error::Decode("invalid content_type in database".into()))?;
+        let bytes: Vec<u8> = row.try_get(1)?;
+        Ok(Some(Image {
+            id,
+            format,
+            bytes: bytes.into(),
+        }))
+    }
+
+    /// See [`crate::store::Store::image_ids`].
+    pub async fn image_ids(&self, limit: i64) -> StoreResult<Vec<ImageId>> {
+        let rows = query(&self.sql.image_ids)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let text: String = row.try_get(0)?;
+                ImageId::parse(&text).ok_or_else(|| {
+                    sqlx::Error::Decode("invalid image id in database".into()).into()
+                })
+            })
+            .collect()
     }
 
     /// Runs an insert made with [`Dialect::insert_with_id`]: the new id, or `None` when the

@@ -28,7 +28,8 @@ use super::{
     RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
+    Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId,
+    Username,
 };
 use async_trait::async_trait;
 use sqlx::Executor;
@@ -346,6 +347,20 @@ impl Store for SqliteStore {
         let forgotten = self.tables.forget_revoked_sessions(now).await?;
         self.durable().await?;
         Ok(forgotten)
+    }
+
+    async fn put_image(&self, image: &Image, now: Millis) -> StoreResult<bool> {
+        let new = self.tables.put_image(image, now).await?;
+        self.durable().await?;
+        Ok(new)
+    }
+
+    async fn image(&self, id: ImageId) -> StoreResult<Option<Image>> {
+        self.tables.image(id).await
+    }
+
+    async fn image_ids(&self, limit: i64) -> StoreResult<Vec<ImageId>> {
+        self.tables.image_ids(limit).await
     }
 }
 
