@@ -271,6 +271,7 @@ impl App {
             passwords: Arc::new(crate::auth::password::Hasher::per_core()?),
             limits,
             secure_cookies: config.secure_cookies,
+            site: crate::http::origin::Site::new(config.public_url.as_deref()),
             client_ip_header: config
                 .client_ip_header
                 .as_deref()

@@ -5,9 +5,17 @@
 use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder, rfc3339};
 use reqwest::{Client, StatusCode};
 
-/// A browser: keeps cookies and follows redirects.
-pub fn browser() -> Client {
-    client_builder().cookie_store(true).build().unwrap()
+/// A browser on `app`'s pages: keeps cookies, follows redirects, and says where its requests
+/// come from, as a browser does (`Origin`).
+pub fn browser(app: &TestApp) -> Client {
+    browser_builder(app).build().unwrap()
+}
+
+/// The builder of [`browser`], to change more.
+pub fn browser_builder(app: &TestApp) -> reqwest::ClientBuilder {
+    let mut origin = reqwest::header::HeaderMap::new();
+    origin.insert("origin", app.base.parse().unwrap());
+    client_builder().cookie_store(true).default_headers(origin)
 }
 
 /// The CSRF token of the first form on a page.
@@ -40,7 +48,7 @@ pub async fn sign_in(app: &TestApp, browser: &Client, token: &str) -> reqwest::R
 async fn a_wrong_token_is_refused_and_the_console_stays_closed() {
     let app = TestApp::spawn().await;
     app.live_product(5, 1).await;
-    let browser = browser();
+    let browser = browser(&app);
     let refused = sign_in(&app, &browser, "not-the-admin-token").await;
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     assert!(
@@ -62,7 +70,7 @@ async fn a_wrong_token_is_refused_and_the_console_stays_closed() {
 #[tokio::test]
 async fn the_console_changes_the_catalog_under_csrf_and_keeps_an_audit_log() {
     let app = TestApp::spawn().await;
-    let browser = browser();
+    let browser = browser(&app);
     let existing = app.live_product(5, 1).await;
 
     let listed = sign_in(&app, &browser, ADMIN_TOKEN).await;
@@ -169,7 +177,7 @@ async fn the_console_finds_an_order_by_its_id_and_by_its_buyer() {
     assert_eq!(status, StatusCode::ACCEPTED, "{placed}");
     let order = placed["order_id"].as_str().unwrap().to_owned();
     app.settle().await;
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
 
     let find = |query: String| {
@@ -248,7 +256,7 @@ async fn the_admin_api_lists_events_products_and_the_audit_log_for_the_admin_onl
 async fn the_console_changes_a_product_and_explains_a_refused_change() {
     let app = TestApp::spawn().await;
     let product = app.live_product(5, 1).await;
-    let browser = browser();
+    let browser = browser(&app);
     let page = sign_in(&app, &browser, ADMIN_TOKEN)
         .await
         .text()
@@ -339,7 +347,7 @@ async fn events(mut stream: reqwest::Response, n: usize) -> Vec<serde_json::Valu
 #[tokio::test]
 async fn the_dashboard_needs_a_session() {
     let app = TestApp::spawn().await;
-    let browser = browser();
+    let browser = browser(&app);
     let page = browser
         .get(app.url("/admin/dashboard"))
         .send()
@@ -379,7 +387,7 @@ async fn the_dashboard_stream_counts_sold_and_refused_buys() {
     let (status, _) = app.buy(&buyers[0], product, 1).await;
     assert_ne!(status, StatusCode::ACCEPTED);
 
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
     let page = browser
         .get(app.url("/admin/dashboard"))
@@ -465,8 +473,7 @@ async fn the_console_pauses_resumes_and_ends_a_sale_and_ends_an_event() {
     );
     let buyers = app.users(2).await;
     // A browser that shows each redirect instead of following it.
-    let browser = client_builder()
-        .cookie_store(true)
+    let browser = browser_builder(&app)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
