@@ -24,6 +24,7 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::catalog::router())
         .merge(api::orders::router())
         .merge(api::admin::router())
+        .merge(api::admin_orders::router())
         .merge(admin::router())
         .merge(pages::router())
         .merge(pay::router())
