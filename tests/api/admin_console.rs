@@ -6,12 +6,12 @@ use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder, rfc3339};
 use reqwest::{Client, StatusCode};
 
 /// A browser: keeps cookies and follows redirects.
-fn browser() -> Client {
+pub(crate) fn browser() -> Client {
     client_builder().cookie_store(true).build().unwrap()
 }
 
 /// The CSRF token of the first form on a page.
-fn csrf_of(page: &str) -> String {
+pub(crate) fn csrf_of(page: &str) -> String {
     let start = page
         .find(r#"name="csrf" value=""#)
         .expect("a form with a CSRF token")
@@ -27,7 +27,7 @@ fn form_time(app: &TestApp, offset_ms: i64) -> String {
         .to_string()
 }
 
-async fn sign_in(app: &TestApp, browser: &Client, token: &str) -> reqwest::Response {
+pub(crate) async fn sign_in(app: &TestApp, browser: &Client, token: &str) -> reqwest::Response {
     browser
         .post(app.url("/admin/login"))
         .form(&[("token", token)])
