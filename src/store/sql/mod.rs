@@ -705,9 +705,10 @@ impl Tables {
     }
 
     /// See [`crate::store::Store::search_orders`]. The statement has one condition per filter
-    /// given, each a literal of this function; only values are bound. A search by status, or
-    /// by product and status, reads its page off an index that ends with the id, newest first;
-    /// a product's orders of every status (at most its sales) and a buyer's are sorted.
+    /// given, each a literal of this function; only values are bound. A search by product and
+    /// status reads its page off the index that ends with the id, newest first; the others
+    /// sort what they find: a buyer's orders, a product's, or (the costliest, for an operator's
+    /// occasional look) every order in one status.
     pub async fn search_orders(&self, search: &OrderSearch) -> StoreResult<Vec<Order>> {
         let mut conditions = Vec::new();
         let mut values = Vec::new();
