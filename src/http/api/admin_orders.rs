@@ -93,7 +93,7 @@ struct PaymentView {
 #[derive(Serialize, ToSchema)]
 struct OrderPage {
     orders: Vec<AdminOrderView>,
-    /// The `before` of the next page, when this page is full (the next may be empty); absent
+    /// The `before` of the next page, when this page is full (the next may be empty); `null`
     /// on the last page.
     #[schema(value_type = Option<String>)]
     next_before: Option<OrderId>,
@@ -192,7 +192,7 @@ async fn search_orders(
     path = "/api/v1/admin/orders/{id}",
     tag = "admin",
     summary = "One order, with the payment provider's words kept for it",
-    params(("id" = String, Path, description = "The order's id")),
+    params(("id" = i64, Path, description = "The order's id")),
     security(("admin_bearer" = [])),
     responses(
         (status = 200, description = "The order", body = OrderDetail),
@@ -216,7 +216,7 @@ async fn show_order(
     summary = "Refund a paid order: cancelled, its stock back on sale once, its money sent back through the payment provider",
     description = "Refunding an order whose refund is pending asks the provider again at once. \
         Any number of refunds of one order return its stock once and refund it once.",
-    params(("id" = String, Path, description = "The order's id")),
+    params(("id" = i64, Path, description = "The order's id")),
     security(("admin_bearer" = [])),
     responses(
         (status = 200, description = "Refunded: the money went back (status `refunded`)", body = OrderDetail),
