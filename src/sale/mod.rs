@@ -10,6 +10,7 @@ mod durability;
 mod orders;
 mod payments;
 mod reconcile;
+mod refunds;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::{BuyCounts, BuyError};
@@ -18,6 +19,7 @@ pub use durability::Durability;
 pub use orders::{OrderError, PaymentQueue, QueuedPayment};
 pub use payments::{PayLink, Settled};
 pub use reconcile::ProductAudit;
+pub use refunds::{OrderRecord, Refund};
 
 use crate::clock::SharedClock;
 use crate::domain::{Millis, OrderId, Product, ProductId, SaleWindow, UserId};

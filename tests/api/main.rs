@@ -19,6 +19,7 @@ mod payments;
 mod pipeline;
 mod processes;
 mod redis_restart;
+mod refunds;
 mod restart;
 mod sale_controls;
 mod sandbox;

@@ -1,8 +1,9 @@
 // The shop driven in Debian's headless Chromium (scripts/browser-test starts the server):
 // register, buy in the live sale, pay on the sandbox checkout, see the order paid; the
 // operator creates a product that appears on the sale page, opens on its countdown and sells
-// out; the language switch. Every page shown is checked for what keeps it from a screen reader
-// or a weak eye (axe-core's rules: labels, names, contrast, landmarks).
+// out; the operator refunds the paid order; the language switch. Every page shown is checked
+// for what keeps it from a screen reader or a weak eye (axe-core's rules: labels, names,
+// contrast, landmarks).
 // Usage: node tests/browser/shop.mjs <base-url>; screenshots go to $SECKILL_SCREENSHOTS.
 import { chromium } from 'playwright-core';
 import { mkdirSync, readFileSync } from 'node:fs';
@@ -181,6 +182,19 @@ async function consolePages(page) {
   await page.goto(base + '/admin/products');
   await Promise.all([page.waitForURL(/\/admin\/products\/\d+$/), page.locator('a[href^="/admin/products/"]').first().click()]);
   await screenshots(page, 'admin-product');
+
+  // The shopper's paid order, found by its status and refunded with its button: the console
+  // tells the outcome, and the shopper's orders show it refunded.
+  await page.goto(base + '/admin/orders?status=paid');
+  const refund = page.locator('form[data-refund]').first();
+  const orderId = await refund.getAttribute('data-refund');
+  check(/^\d+$/.test(orderId || ''), `the console finds the paid order ${orderId} with its Refund button`);
+  await screenshots(page, 'admin-orders-paid');
+  await Promise.all([page.waitForURL(/refunded=/), refund.locator('button').click()]);
+  const outcome = await page.locator('[role="status"]').textContent();
+  check(outcome.includes(`Order ${orderId} is refunded.`), `the console refunds it: ${outcome}`);
+  await page.goto(base + '/orders');
+  check((await page.locator(`tr[data-order-id="${orderId}"]`).getAttribute('data-status')) === 'refunded', 'the shopper sees it refunded');
 }
 
 async function languageSwitch(page) {
