@@ -28,6 +28,7 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::orders::router())
         .merge(api::admin::router())
         .merge(api::images::router(max_image_bytes))
+        .merge(api::admin_orders::router())
         .merge(admin::router(max_image_bytes))
         .merge(images::router())
         .merge(pages::router())

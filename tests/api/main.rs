@@ -20,6 +20,7 @@ mod payments;
 mod pipeline;
 mod processes;
 mod redis_restart;
+mod refunds;
 mod restart;
 mod sale_controls;
 mod sandbox;
