@@ -641,7 +641,7 @@ async fn the_dashboard_shows_orders_in_the_outbox_until_a_worker_stores_them() {
         StatusCode::ACCEPTED
     );
 
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
     let page = browser
         .get(app.url("/admin/dashboard"))
@@ -696,7 +696,7 @@ async fn the_dashboard_shows_a_drift_when_the_database_stock_changes_behind_the_
     let product = app.live_product(5, 1).await;
     let buyers = app.users(2).await;
     app.buy_each(&buyers, product).await;
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
     let mut events = Events::open(&app, &browser).await;
     for event in events.take(2).await {
@@ -753,7 +753,7 @@ async fn the_dashboard_of_one_server_counts_the_buys_of_every_server() {
         (StatusCode::CONFLICT, "limit_reached")
     );
 
-    let browser = browser();
+    let browser = browser(&first);
     sign_in(&first, &browser, ADMIN_TOKEN).await;
     let mut events = Events::open(&first, &browser).await;
     let event = events

@@ -325,7 +325,7 @@ async fn with_the_gateway_unreachable_a_refund_waits_and_the_ticker_makes_it() {
 async fn the_console_refunds_a_paid_order_under_csrf_and_shows_the_outcome() {
     let app = TestApp::spawn_paying(TestApp::manual_clock()).await;
     let (product, token, order) = paid_order(&app, 1).await;
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
     let search = format!("/admin/orders?product={product}&status=paid");
     let page = browser.get(app.url(&search)).send().await.unwrap();
@@ -469,7 +469,7 @@ async fn the_search_finds_exactly_the_orders_of_a_product_a_status_and_a_buyer()
     }
 
     // The console's filters find the same.
-    let browser = browser();
+    let browser = browser(app);
     sign_in(app, &browser, ADMIN_TOKEN).await;
     let console = |query: String| {
         let url = app.url(&format!("/admin/orders?{query}"));
