@@ -46,6 +46,10 @@ pub struct Config {
     /// `seckill serve` also runs the worker's consumers (`SECKILL_RUN_WORKER`, or
     /// `serve --worker`). Cluster mode only: embedded mode has no separate consumers.
     pub run_worker: bool,
+    /// Set by `serve --demo`, never by a file or the environment: the pages show the demo
+    /// shoppers' sign-in.
+    #[serde(skip)]
+    pub demo: bool,
     /// An outbox entry that a worker took but did not hand on within this time is taken over by
     /// another worker (`SECKILL_CLAIM_AFTER_MS`): how long a dead worker's orders wait. (A dead
     /// worker's RabbitMQ messages go back to the queue at once, when its connection drops.)
@@ -214,6 +218,7 @@ impl Default for Config {
             amqp_prefix: "seckill.".into(),
             amqp_queue_expiry_secs: None,
             run_worker: false,
+            demo: false,
             claim_after_ms: 15_000,
             session_ttl_secs: 7 * 24 * 3600,
             preheat_secs: 300,

@@ -277,6 +277,7 @@ impl App {
             limits,
             secure_cookies: config.secure_cookies,
             site: crate::http::origin::Site::new(config.public_url.as_deref()),
+            demo: config.demo,
             client_ip_header: config
                 .client_ip_header
                 .as_deref()

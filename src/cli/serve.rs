@@ -30,6 +30,7 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     // Registered before any work starts (see `shutdown_signal`).
     let stop = super::shutdown_signal();
     raise_file_limit();
+    config.demo = args.demo;
     if args.demo {
         let store = crate::app::open_store(&config).await?;
         crate::demo::seed(&store, SystemClock.now_ms()).await?;

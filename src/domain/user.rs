@@ -9,7 +9,9 @@ use std::fmt;
 pub struct UserId(pub i64);
 
 /// A login name: 3–32 characters of ASCII letters, digits, `_`, `.` or `-`, so it is safe
-/// to show anywhere and cannot impersonate another name with look-alike characters.
+/// to show anywhere and cannot impersonate another name with look-alike characters. Names are
+/// the same whatever their case (`Alice` is `alice`): kept in lower case, so no one registers
+/// `ALICE` beside `alice`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Username(String);
 
@@ -26,7 +28,7 @@ impl Username {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
         if ok_len && ok_chars {
-            Ok(Self(raw.to_owned()))
+            Ok(Self(raw.to_ascii_lowercase()))
         } else {
             Err(InvalidUsername)
         }
@@ -82,6 +84,7 @@ mod tests {
     #[test]
     fn usernames_are_short_plain_ascii() {
         assert!(Username::parse("alice_01").is_ok());
+        assert_eq!(Username::parse("Alice.B").unwrap().as_str(), "alice.b");
         for bad in ["al", "", "a b c", "ålice", "<script>", &"x".repeat(33)] {
             assert_eq!(Username::parse(bad), Err(InvalidUsername), "{bad}");
         }

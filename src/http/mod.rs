@@ -48,6 +48,8 @@ pub struct AppState {
     pub client_ip_header: Option<axum::http::HeaderName>,
     /// This site as its public URL names it, for the same-origin check of cookie requests.
     pub site: origin::Site,
+    /// A demo sale (`serve --demo`): the sign-in page shows the demo shoppers' logins.
+    pub demo: bool,
 }
 
 impl FromRef<AppState> for Arc<AuthKeys> {

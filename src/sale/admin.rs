@@ -55,6 +55,20 @@ fn check_prices(original: Money, sale: Money) -> Result<(), AdminError> {
     Ok(())
 }
 
+/// A product of an event sells within the event's window: the sale page shows the event's
+/// times, and ending the event early must end every product of it.
+fn check_within_event(window: SaleWindow, event: Option<&SaleEvent>) -> Result<(), AdminError> {
+    match event {
+        Some(event) if window.start < event.window.start || window.end > event.window.end => {
+            Err(invalid(
+                "outside_event",
+                "a product's sale must lie within its event's start and end",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl SaleService {
     /// Creates a sale event.
     pub async fn create_event(
@@ -77,12 +91,16 @@ impl SaleService {
             ),
             None => None,
         };
-        let window = input.window.or(event.map(|e| e.window)).ok_or_else(|| {
-            invalid(
-                "missing_window",
-                "give an event_id or starts_at and ends_at",
-            )
-        })?;
+        let window = input
+            .window
+            .or(event.as_ref().map(|e| e.window))
+            .ok_or_else(|| {
+                invalid(
+                    "missing_window",
+                    "give an event_id or starts_at and ends_at",
+                )
+            })?;
+        check_within_event(window, event.as_ref())?;
         check_prices(input.original_price, input.sale_price)?;
         let product = self
             .store
@@ -119,6 +137,9 @@ impl SaleService {
             changes.original_price.unwrap_or(current.original_price),
             changes.sale_price.unwrap_or(current.sale_price),
         )?;
+        if let (Some(window), Some(event)) = (changes.window, current.event_id) {
+            check_within_event(window, self.event(event).await?.as_ref())?;
+        }
         let product = self
             .store
             .update_product(id, &changes, self.now())

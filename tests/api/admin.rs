@@ -164,3 +164,88 @@ async fn a_patch_that_would_price_the_sale_above_the_original_is_refused() {
     );
     assert_eq!(app.product(product).await["original_price_cents"], 10_000);
 }
+
+#[tokio::test]
+async fn hidden_characters_absurd_dates_and_products_outside_their_event_are_refused() {
+    let app = TestApp::spawn().await;
+    let now = app.state.sale.now();
+    let (start, end) = (now + 3_600_000, now + 7_200_000);
+    // Text that shows one thing and reads another: a right-to-left override, an isolate, a
+    // zero-width space, a control character.
+    for title in [
+        "Sale\u{202E}gnp.exe",
+        "A\u{2066}B",
+        "Free\u{200B}bies",
+        "Bell\u{7}",
+    ] {
+        let (status, body) = app
+            .admin_post(
+                "/api/v1/admin/events",
+                json!({ "title": title, "starts_at": rfc3339(start), "ends_at": rfc3339(end) }),
+            )
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_text"),
+            "{title:?}"
+        );
+    }
+    for (starts_at, ends_at) in [
+        ("1970-01-01T00:00:00Z", "1970-01-02T00:00:00Z"),
+        ("2026-01-01T00:00:00Z", "9999-12-31T00:00:00Z"),
+    ] {
+        let (status, body) = app
+            .admin_post(
+                "/api/v1/admin/events",
+                json!({ "title": "Old", "starts_at": starts_at, "ends_at": ends_at }),
+            )
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_window"),
+            "{starts_at} {ends_at}"
+        );
+    }
+    let (_, events) = app.get_json("/api/v1/events").await;
+    assert_eq!(events.as_array().map(Vec::len), Some(0), "{events}");
+
+    let (status, event) = app
+        .admin_post(
+            "/api/v1/admin/events",
+            json!({ "title": "Noon", "starts_at": rfc3339(start), "ends_at": rfc3339(end) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{event}");
+    let product = |name: &str, from: i64, to: i64| {
+        json!({ "event_id": event["id"], "name": name, "original_price_cents": 100,
+                "sale_price_cents": 50, "stock": 1,
+                "starts_at": rfc3339(from), "ends_at": rfc3339(to) })
+    };
+    for (from, to) in [(start - 60_000, end), (start, end + 60_000)] {
+        let (status, body) = app
+            .admin_post("/api/v1/admin/products", product("Outside", from, to))
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "outside_event"),
+            "{body}"
+        );
+    }
+    let (status, inside) = app
+        .admin_post(
+            "/api/v1/admin/products",
+            product("Inside", start + 60_000, end),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{inside}");
+    let (status, body) = app
+        .admin_patch(
+            &format!("/api/v1/admin/products/{}", inside["id"]),
+            json!({ "starts_at": rfc3339(start), "ends_at": rfc3339(end + 1_000) }),
+        )
+        .await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "outside_event")
+    );
+}

@@ -65,9 +65,10 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
     seckill::demo::seed(&store, SystemClock.now_ms())
         .await
         .unwrap();
-    let app = TestApp::spawn_on(db, Arc::new(SystemClock), |_| {}).await;
+    let app = TestApp::spawn_on(db, Arc::new(SystemClock), |c| c.demo = true).await;
     let html = app.page("/").await;
     assert!(html.contains("Phone X 128G"), "the live event is selected");
+    assert!(app.page("/login").await.contains("alice-password"));
     assert!(html.contains("data-product-id"));
 
     let redirect = crate::helpers::client_builder()
@@ -90,11 +91,28 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
         .await
         .unwrap();
     assert_eq!(orders.status(), StatusCode::OK);
-    let login = app.page("/login?next=//evil.example").await;
-    assert!(
-        !login.contains("evil.example"),
-        "no open redirect after sign-in"
-    );
+    for next in [
+        "//evil.example",
+        "/%09/evil.example",
+        "/%0a/evil.example",
+        "/%5Cevil.example",
+        "%2F%2Fevil.example",
+        "https://evil.example",
+    ] {
+        let login = app.page(&format!("/login?next={next}")).await;
+        assert!(
+            !login.contains("evil.example") && login.contains(r#"data-next="/""#),
+            "no open redirect after sign-in through {next}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_sign_in_page_shows_the_demo_logins_only_for_a_demo_sale() {
+    let app = TestApp::spawn().await;
+    let login = app.page("/login").await;
+    assert!(login.contains("data-auth=\"login\""));
+    assert!(!login.contains("alice-password") && !login.contains("data-demo-fill"));
 }
 
 #[tokio::test]

@@ -238,3 +238,37 @@ async fn an_account_is_throttled_after_wrong_passwords_from_any_address_and_othe
     let (status, code, _) = sign_in_from(&app, "10.0.1.3", "jack", "jack-password").await;
     assert_eq!((status, code.as_str()), (StatusCode::OK, "<no error code>"));
 }
+
+#[tokio::test]
+async fn a_username_is_taken_whatever_its_case_and_signs_in_in_any_case() {
+    let app = TestApp::spawn().await;
+    let (status, user, _) = post(
+        &app,
+        "/api/v1/users",
+        json!({ "username": "Gina", "password": "gina-password" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{user}");
+    assert_eq!(user["username"], "gina");
+    for twin in ["gina", "GINA", "gInA"] {
+        let (status, body, _) = post(
+            &app,
+            "/api/v1/users",
+            json!({ "username": twin, "password": "other-password" }),
+        )
+        .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::CONFLICT, "username_taken"),
+            "{twin}"
+        );
+    }
+    let (status, session, _) = post(
+        &app,
+        "/api/v1/sessions",
+        json!({ "username": "GINA", "password": "gina-password" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{session}");
+    assert_eq!(session["user"]["username"], "gina");
+}

@@ -40,12 +40,22 @@ pub fn router() -> Router<AppState> {
 /// The most units one product may hold: far above any flash sale, far below overflow.
 pub(in crate::http) const MAX_STOCK: i64 = 100_000_000;
 
+/// The earliest and latest times a sale may name (2000-01-01 and 2100-01-01 UTC): far outside
+/// any real sale, and a typo of a year is refused instead of making a sale that never opens.
+const SANE_TIMES: std::ops::Range<i64> = 946_684_800_000..4_102_444_800_000;
+
 pub(in crate::http) fn window(
     starts_at: DateTime<Utc>,
     ends_at: DateTime<Utc>,
 ) -> Result<SaleWindow, ApiError> {
-    SaleWindow::new(starts_at.timestamp_millis(), ends_at.timestamp_millis())
-        .map_err(|e| ApiError::invalid("invalid_window", e.to_string()))
+    let (start, end) = (starts_at.timestamp_millis(), ends_at.timestamp_millis());
+    if !SANE_TIMES.contains(&start) || !SANE_TIMES.contains(&end) {
+        return Err(ApiError::invalid(
+            "invalid_window",
+            "starts_at and ends_at must lie between 2000 and 2100",
+        ));
+    }
+    SaleWindow::new(start, end).map_err(|e| ApiError::invalid("invalid_window", e.to_string()))
 }
 
 pub(in crate::http) fn price(cents: i64) -> Result<Money, ApiError> {
@@ -64,7 +74,26 @@ pub(in crate::http) fn text(
             format!("{field} must have 1 to {max} characters"),
         ));
     }
+    if trimmed.chars().any(hidden) {
+        return Err(ApiError::invalid(
+            "invalid_text",
+            format!(
+                "{field} may not hold control characters or invisible direction and joining \
+                 marks (they can make a shopper read another text than the one shown)"
+            ),
+        ));
+    }
     Ok(trimmed.to_owned())
+}
+
+/// A character that shows nothing yet changes what is shown: control characters, and the
+/// Unicode marks that reorder text (bidi overrides and isolates, as in "Trojan Source") or
+/// hide between letters.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }
 
 pub(in crate::http) fn image_url(value: String) -> Result<String, ApiError> {
@@ -72,7 +101,7 @@ pub(in crate::http) fn image_url(value: String) -> Result<String, ApiError> {
         .iter()
         .any(|p| value.starts_with(p))
         && !value.starts_with("//");
-    if !ok_scheme || value.len() > 500 || value.chars().any(char::is_whitespace) {
+    if !ok_scheme || value.len() > 500 || value.chars().any(|c| c.is_whitespace() || hidden(c)) {
         return Err(ApiError::invalid(
             "invalid_image_url",
             "image_url must be a path starting with / or an http(s) URL",

@@ -201,6 +201,7 @@ struct LoginQuery {
 }
 
 async fn login_page(
+    State(state): State<AppState>,
     Query(query): Query<LoginQuery>,
     request: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -208,6 +209,7 @@ async fn login_page(
         &request,
         &LoginPage {
             next: local_path(query.next),
+            demo: state.demo,
         },
     )
 }

@@ -87,6 +87,8 @@ pub struct SalePage {
 pub struct LoginPage {
     /// Where to go after signing in; always a local path starting with '/'.
     pub next: String,
+    /// Whether to show the demo shoppers' logins (a demo sale only).
+    pub demo: bool,
 }
 
 /// One row of the shopper's order list.
