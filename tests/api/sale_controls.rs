@@ -148,14 +148,16 @@ async fn controls_of_unknown_ids_or_without_the_admin_token_are_refused_and_chan
 
 /// Two thousand buyers set off over about a second, and the operator pauses a third of the way
 /// in: every buy sent after the pause's answer arrived is refused, and exactly the accepted
-/// orders are stored and taken from the stock.
+/// orders are stored and taken from the stock. A last hundred buyers set off only once the
+/// pause has answered, so some surely come after it however slowly a loaded machine answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_buy_sent_after_a_pause_answered_is_accepted_among_two_thousand_racing_buyers() {
     let app = Arc::new(TestApp::spawn().await);
     // Enough for everybody: only the pause turns buyers away.
     let stock = 2_000;
     let product = app.live_product(stock, 1).await;
-    let tokens = app.users(2_000).await;
+    let mut tokens = app.users(2_100).await;
+    let late = tokens.split_off(2_000);
     let start = Instant::now() + Duration::from_millis(50);
     let buyers: Vec<_> = tokens
         .into_iter()
@@ -173,6 +175,14 @@ async fn no_buy_sent_after_a_pause_answered_is_accepted_among_two_thousand_racin
     tokio::time::sleep_until(start + Duration::from_millis(330)).await;
     control_product(&app, product, "pause").await;
     let pause_answered = Instant::now();
+    let buyers = buyers.into_iter().chain(late.into_iter().map(|token| {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let (status, body) = app.buy(&token, product, 1).await;
+            (sent, status, body)
+        })
+    }));
 
     let (mut accepted, mut sent_after) = (0, 0);
     for buyer in buyers {
