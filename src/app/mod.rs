@@ -244,6 +244,13 @@ impl App {
         let (secret, _) = secret_setting(&*store, config.secret.as_ref(), TOKEN_SECRET).await?;
         let (admin_token, generated) =
             secret_setting(&*store, config.admin_token.as_ref(), ADMIN_TOKEN).await?;
+        if !config.demo && (config.secret.is_none() || config.admin_token.is_none()) {
+            tracing::warn!(
+                "the token secret or the admin token is kept in the database, where whoever can \
+                 read it can use it: for a real sale set SECKILL_SECRET and SECKILL_ADMIN_TOKEN \
+                 in the environment (README, \"Secrets\")"
+            );
+        }
         let worker = if config.run_worker {
             core.start_worker(config).await?
         } else {

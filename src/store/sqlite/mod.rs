@@ -13,6 +13,7 @@
 //! connection.
 
 mod orders;
+mod private_file;
 mod reads;
 mod status_batches;
 mod wal_flush;
@@ -31,6 +32,7 @@ use crate::domain::{
     Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId,
     Username,
 };
+use anyhow::Context;
 use async_trait::async_trait;
 use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
@@ -82,13 +84,15 @@ impl SqliteStore {
             "an in-memory SQLite database cannot keep accepted orders; give a file"
         );
         let url = driver_url(url);
+        let file = SqliteConnectOptions::from_str(&url)?
+            .get_filename()
+            .to_owned();
+        private_file::make_private(&file)
+            .with_context(|| format!("making {} private to its owner", file.display()))?;
         let pool = pool_options(max_connections.unwrap_or(POOL_SIZE), &[])
             .connect(&url)
             .await?;
         sql::migrate(&pool, Dialect::Sqlite).await?;
-        let file = SqliteConnectOptions::from_str(&url)?
-            .get_filename()
-            .to_owned();
         let writer = writer_options().connect(&url).await?;
         Ok(Self {
             tables: Tables::new(pool, writer, Dialect::Sqlite),
