@@ -59,6 +59,24 @@ impl TokenSigner {
         )
     }
 
+    /// The token a session's page forms carry (against forged posts): the HMAC of the session
+    /// id, so only pages rendered for that session have it.
+    pub fn form_token(&self, session: SessionId) -> String {
+        let mut mac = self.mac.clone();
+        mac.update(format!("form:{session}").as_bytes());
+        B64.encode(mac.finalize().into_bytes())
+    }
+
+    /// Whether `presented` is the form token of `session`, compared in constant time.
+    pub fn accepts_form_token(&self, session: SessionId, presented: &str) -> bool {
+        let Ok(presented) = B64.decode(presented) else {
+            return false;
+        };
+        let mut mac = self.mac.clone();
+        mac.update(format!("form:{session}").as_bytes());
+        mac.verify_slice(&presented).is_ok()
+    }
+
     /// The claims of a token that is well formed, correctly signed and not expired at `now`.
     pub fn verify(&self, token: &str, now: Millis) -> Option<Claims> {
         let (payload_b64, sig_b64) = token.split_once('.')?;
@@ -118,6 +136,16 @@ mod tests {
             signer().verify(&token, now).unwrap().user_id,
             UserId(i64::MIN)
         );
+    }
+
+    #[test]
+    fn a_form_token_is_its_sessions_only() {
+        let (one, other) = (SessionId::random(), SessionId::random());
+        let token = signer().form_token(one);
+        assert!(signer().accepts_form_token(one, &token));
+        assert!(!signer().accepts_form_token(other, &token));
+        assert!(!signer().accepts_form_token(one, ""));
+        assert!(!signer().accepts_form_token(one, "not base64!"));
     }
 
     #[test]

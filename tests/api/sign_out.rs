@@ -90,15 +90,33 @@ async fn a_signed_out_token_stops_working_here_at_once_and_on_every_server_soon(
         );
     }
 
-    // The page's sign-out, with the cookie, ends the session too.
-    let response = first
+    // The page's sign-out, with the cookie and the form's token, ends the session too; without
+    // the token it is refused.
+    let sign_out = |csrf: &str| {
+        first
+            .client
+            .post(first.url("/logout"))
+            .header("cookie", format!("seckill_session={laptop}"))
+            .header("origin", &first.base)
+            .form(&[("csrf", csrf)])
+            .send()
+    };
+    let refused = sign_out("forged").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert_eq!(orders_status(&first, &laptop).await, StatusCode::OK);
+    let page = first
         .client
-        .post(first.url("/logout"))
+        .get(first.url("/orders"))
         .header("cookie", format!("seckill_session={laptop}"))
-        .header("origin", &first.base)
         .send()
         .await
+        .unwrap()
+        .text()
+        .await
         .unwrap();
+    let start = page.find(r#"name="csrf" value=""#).unwrap() + 19;
+    let csrf = page[start..].split('"').next().unwrap().to_owned();
+    let response = sign_out(&csrf).await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     assert_eq!(
         orders_status(&first, &laptop).await,

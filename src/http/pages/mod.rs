@@ -15,6 +15,7 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::extract::CurrentUser;
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -173,6 +174,10 @@ async fn sale_page(
     render(
         &request,
         &SalePage {
+            csrf: user
+                .as_ref()
+                .map(|u| state.auth.tokens.form_token(u.session))
+                .unwrap_or_default(),
             username: user.map(|u| u.username),
             events: tabs,
             event_id: selected,
@@ -238,6 +243,7 @@ async fn orders_page(
     render(
         &request,
         &OrdersPage {
+            csrf: state.auth.tokens.form_token(user.session),
             username: user.username,
             orders: rows,
             sandbox: state.sale.provider_name() == Some("sandbox"),
@@ -245,11 +251,29 @@ async fn orders_page(
     )
 }
 
+/// Signs out: the form must carry the session's form token, so another site's page cannot
+/// sign the shopper out (the same-origin check stops it first; this holds without it too).
 async fn logout(
     State(state): State<AppState>,
     user: Option<CurrentUser>,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
     if let Some(user) = user {
+        let presented = form_urlencoded::parse(&body)
+            .find(|(name, _)| name == "csrf")
+            .map(|(_, value)| value.into_owned())
+            .unwrap_or_default();
+        if !state
+            .auth
+            .tokens
+            .accepts_form_token(user.session, &presented)
+        {
+            return Err(ApiError::client(
+                StatusCode::FORBIDDEN,
+                "bad_csrf_token",
+                "the form's token is missing or wrong: reload the page and try again",
+            ));
+        }
         revoke(&state, user.session, user.expires_at).await?;
     }
     let cookie = session_cookie(&state, "", 0)?;

@@ -75,6 +75,8 @@ pub struct ProductCard {
 
 /// `GET /` (and `GET /?event=ID`).
 pub struct SalePage {
+    /// The sign-out form's token (see `TokenSigner::form_token`); empty for a visitor.
+    pub csrf: String,
     /// The signed-in shopper's name, if any.
     pub username: Option<String>,
     pub events: Vec<EventTab>,
@@ -106,6 +108,8 @@ pub struct OrderRow {
 
 /// `GET /orders`: the signed-in shopper's orders, newest first.
 pub struct OrdersPage {
+    /// The sign-out form's token (see `TokenSigner::form_token`).
+    pub csrf: String,
     pub username: String,
     pub orders: Vec<OrderRow>,
     /// Payments go through the built-in sandbox gateway: no real money.
