@@ -7,6 +7,7 @@ mod buy;
 mod catalog;
 mod controls;
 mod durability;
+mod guard;
 mod orders;
 mod payments;
 mod reconcile;

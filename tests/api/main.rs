@@ -9,6 +9,7 @@ mod bench;
 mod buying;
 mod connections;
 mod deadlines;
+mod guards;
 mod helpers;
 mod images;
 mod metrics;
