@@ -19,6 +19,9 @@ pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
 /// The most leading zero bits the guard's puzzle may ask for: 2^32 hashes is hours on a phone.
 pub const MAX_CHALLENGE_DIFFICULTY: u8 = 32;
 
+/// The longest a buy token may be handed out before a sale, or stay valid: a day.
+const MAX_GUARD_SECS: u64 = 24 * 3600;
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -371,8 +374,11 @@ impl Config {
             bail!("rate limits must be positive");
         }
         let g = &self.guard;
-        if g.token_ttl_secs == 0 {
-            bail!("guard.token_ttl_secs must be positive");
+        if g.token_lead_secs > MAX_GUARD_SECS || !(1..=MAX_GUARD_SECS).contains(&g.token_ttl_secs) {
+            bail!(
+                "guard.token_lead_secs must be at most {MAX_GUARD_SECS}, and guard.token_ttl_secs \
+                 1 to {MAX_GUARD_SECS}"
+            );
         }
         if g.challenge_difficulty > MAX_CHALLENGE_DIFFICULTY {
             bail!("guard.challenge_difficulty must be at most {MAX_CHALLENGE_DIFFICULTY}");
@@ -441,6 +447,21 @@ mod tests {
         with(MAX_IMAGE_BYTES).unwrap();
         assert!(with(0).is_err());
         assert!(with(MAX_IMAGE_BYTES + 1).is_err());
+    }
+
+    #[test]
+    fn the_guard_settings_are_bounded() {
+        let with = |edit: fn(&mut GuardConfig)| {
+            let mut config = Config::default();
+            edit(&mut config.guard);
+            config.validate()
+        };
+        with(|g| g.challenge_difficulty = MAX_CHALLENGE_DIFFICULTY).unwrap();
+        with(|g| (g.token_lead_secs, g.token_ttl_secs) = (0, MAX_GUARD_SECS)).unwrap();
+        assert!(with(|g| g.challenge_difficulty = MAX_CHALLENGE_DIFFICULTY + 1).is_err());
+        assert!(with(|g| g.token_ttl_secs = 0).is_err());
+        assert!(with(|g| g.token_ttl_secs = MAX_GUARD_SECS + 1).is_err());
+        assert!(with(|g| g.token_lead_secs = u64::MAX).is_err());
     }
 
     #[test]

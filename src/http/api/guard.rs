@@ -63,8 +63,10 @@ pub(super) fn check_buy(
     if !guard.needs_token() {
         return Ok(());
     }
+    // Counted under one literal key per reason (`seckill_buy_guard_refusals_total`).
     let Some(token) = token else {
-        count_refusal("buy_token_required");
+        metrics::counter!("seckill_buy_guard_refusals_total", "reason" => "buy_token_required")
+            .increment(1);
         return Err(forbidden(
             "buy_token_required",
             "this sale is guarded: buy through the sale page, which fetches a buy token first",
@@ -76,25 +78,14 @@ pub(super) fn check_buy(
         .signer
         .check_buy_token(token, user, product, now)
     {
-        count_refusal("invalid_buy_token");
+        metrics::counter!("seckill_buy_guard_refusals_total", "reason" => "invalid_buy_token")
+            .increment(1);
         return Err(forbidden(
             "invalid_buy_token",
             "the buy token is not valid for you and this product, or has expired: fetch another",
         ));
     }
     Ok(())
-}
-
-/// Counts a buy refused by the guard (`seckill_buy_guard_refusals_total`), one literal key per
-/// reason.
-fn count_refusal(reason: &'static str) {
-    let counter = match reason {
-        "buy_token_required" => {
-            metrics::counter!("seckill_buy_guard_refusals_total", "reason" => "buy_token_required")
-        }
-        _ => metrics::counter!("seckill_buy_guard_refusals_total", "reason" => "invalid_buy_token"),
-    };
-    counter.increment(1);
 }
 
 /// The registration check: with `guard.registration_challenge` set, registering `username`
