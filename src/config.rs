@@ -16,6 +16,12 @@ pub const MAX_BATCH: usize = 4_096;
 /// in one packet, and MariaDB refuses packets over 16 MiB unless told otherwise.
 pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
 
+/// The most leading zero bits the guard's puzzle may ask for: 2^32 hashes is hours on a phone.
+pub const MAX_CHALLENGE_DIFFICULTY: u8 = 32;
+
+/// The longest a buy token may be handed out before a sale, or stay valid: a day.
+const MAX_GUARD_SECS: u64 = 24 * 3600;
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -91,6 +97,8 @@ pub struct Config {
     pub client_ip_header: Option<String>,
     /// Request throttling (`SECKILL_RATE_LIMIT__*`).
     pub rate_limit: RateLimitConfig,
+    /// Guarded sales' buy tokens and puzzles (`SECKILL_GUARD__*`).
+    pub guard: GuardConfig,
     /// Where buyers' browsers and the payment provider reach this server
     /// (`SECKILL_PUBLIC_URL`, e.g. `https://shop.example`): the base of the notify and return
     /// URLs. Unset, the address `serve` listens on.
@@ -201,6 +209,38 @@ pub struct RateLimitConfig {
     pub per_ip_burst: u32,
 }
 
+/// What guarded sales ask of buyers: when buy tokens are handed out and how long they last,
+/// and how hard the proof-of-work puzzle is.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuardConfig {
+    /// Buy tokens of a guarded sale are handed out from this long before its start
+    /// (`SECKILL_GUARD__TOKEN_LEAD_SECS`): the page fetches one during the countdown, so the
+    /// buy button works the second the sale opens.
+    pub token_lead_secs: u64,
+    /// A buy token is valid this long after the sale's start, or after it was handed out once
+    /// the sale runs (`SECKILL_GUARD__TOKEN_TTL_SECS`).
+    pub token_ttl_secs: u64,
+    /// Leading zero bits the proof-of-work puzzle asks for (`SECKILL_GUARD__CHALLENGE_DIFFICULTY`,
+    /// at most [`MAX_CHALLENGE_DIFFICULTY`]): each bit doubles the work of every buyer, and of
+    /// every bot.
+    pub challenge_difficulty: u8,
+    /// Registering an account needs a solved puzzle too
+    /// (`SECKILL_GUARD__REGISTRATION_CHALLENGE`).
+    pub registration_challenge: bool,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            token_lead_secs: 60,
+            token_ttl_secs: 60,
+            challenge_difficulty: 17,
+            registration_challenge: false,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -228,6 +268,7 @@ impl Default for Config {
             secure_cookies: false,
             client_ip_header: None,
             rate_limit: RateLimitConfig::default(),
+            guard: GuardConfig::default(),
             public_url: None,
             payment: PaymentConfig::default(),
             alipay: AlipayConfig::default(),
@@ -337,6 +378,16 @@ impl Config {
         if r.per_user_per_sec == 0 || r.per_ip_per_sec == 0 {
             bail!("rate limits must be positive");
         }
+        let g = &self.guard;
+        if g.token_lead_secs > MAX_GUARD_SECS || !(1..=MAX_GUARD_SECS).contains(&g.token_ttl_secs) {
+            bail!(
+                "guard.token_lead_secs must be at most {MAX_GUARD_SECS}, and guard.token_ttl_secs \
+                 1 to {MAX_GUARD_SECS}"
+            );
+        }
+        if g.challenge_difficulty > MAX_CHALLENGE_DIFFICULTY {
+            bail!("guard.challenge_difficulty must be at most {MAX_CHALLENGE_DIFFICULTY}");
+        }
         Ok(())
     }
 }
@@ -401,6 +452,21 @@ mod tests {
         with(MAX_IMAGE_BYTES).unwrap();
         assert!(with(0).is_err());
         assert!(with(MAX_IMAGE_BYTES + 1).is_err());
+    }
+
+    #[test]
+    fn the_guard_settings_are_bounded() {
+        let with = |edit: fn(&mut GuardConfig)| {
+            let mut config = Config::default();
+            edit(&mut config.guard);
+            config.validate()
+        };
+        with(|g| g.challenge_difficulty = MAX_CHALLENGE_DIFFICULTY).unwrap();
+        with(|g| (g.token_lead_secs, g.token_ttl_secs) = (0, MAX_GUARD_SECS)).unwrap();
+        assert!(with(|g| g.challenge_difficulty = MAX_CHALLENGE_DIFFICULTY + 1).is_err());
+        assert!(with(|g| g.token_ttl_secs = 0).is_err());
+        assert!(with(|g| g.token_ttl_secs = MAX_GUARD_SECS + 1).is_err());
+        assert!(with(|g| g.token_lead_secs = u64::MAX).is_err());
     }
 
     #[test]

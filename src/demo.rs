@@ -1,9 +1,10 @@
-//! Demo data: three sale events (one ended, one live now, one starting in a few minutes) with
-//! products, and three shoppers, so a newcomer sees a real sale in the browser at once.
+//! Demo data: three sale events (one ended, one live now, one starting in a few minutes and
+//! guarded by a puzzle the sale page solves) with products, and three shoppers, so a newcomer
+//! sees a real sale in the browser at once.
 //! Seeding is idempotent: users are created if missing, events only if none is live or upcoming.
 
 use crate::clock::local_time_of_day;
-use crate::domain::{Millis, Money, SaleStatus, SaleWindow, Username};
+use crate::domain::{Guard, Millis, Money, SaleStatus, SaleWindow, Username};
 use crate::store::{NewProduct, Store};
 use std::sync::Arc;
 
@@ -83,14 +84,14 @@ pub async fn seed(store: &Arc<dyn Store>, now: Millis) -> anyhow::Result<()> {
     }
     let minute = now - now.rem_euclid(MINUTE);
     let slots = [
-        (minute - 4 * HOUR, &ENDED[..]),
-        (minute - MINUTE, &LIVE[..]),
-        (minute + 3 * MINUTE, &UPCOMING[..]),
+        (minute - 4 * HOUR, &ENDED[..], Guard::None),
+        (minute - MINUTE, &LIVE[..], Guard::None),
+        (minute + 3 * MINUTE, &UPCOMING[..], Guard::Challenge),
     ];
-    for (start, products) in slots {
+    for (start, products, guard) in slots {
         let window = SaleWindow::new(start, start + 2 * HOUR)?;
         let event = store
-            .create_event(&local_time_of_day(start), window, now)
+            .create_event(&local_time_of_day(start), window, guard, now)
             .await?;
         for &(name, image, original, sale, stock) in products {
             let product = NewProduct {

@@ -126,6 +126,7 @@
 
   function initSale() {
     const eventId = body.dataset.eventId || '';
+    const signedIn = 'signedIn' in body.dataset;
     const cards = new Map();
 
     $$('.card[data-product-id]').forEach((el) => {
@@ -142,6 +143,14 @@
         bought: false,
         limited: 'held' in el.dataset,
         cooldownUntil: 0,
+        // A guarded sale's buys carry a buy token (see fetchToken).
+        guard: el.dataset.guard || 'none',
+        tokenFrom: Number(el.dataset.tokenFromMs),
+        token: null,
+        tokenExpires: 0,
+        tokenJob: null,
+        tokenRetryAt: 0,
+        prefetched: false,
         btn: $('[data-buy]', el),
         msg: $('[data-msg]', el),
         countdown: $('[data-countdown]', el),
@@ -151,6 +160,10 @@
         badge: $('[data-badge]', el),
         stockBadge: $('[data-stock-badge]', el),
       };
+      // Spread the crowd's token requests over the first half of the token window (30 s at
+      // most), so they do not all arrive in the same second.
+      const lead = Number.isFinite(c.startsAt - c.tokenFrom) ? c.startsAt - c.tokenFrom : 0;
+      c.tokenFrom += Math.random() * Math.min(30000, Math.max(0, lead / 2));
       cards.set(c.id, c);
       if (c.btn) c.btn.addEventListener('click', () => buy(c));
     });
@@ -171,6 +184,9 @@
       label: $('[data-clock-label]', clockEl),
       time: $('[data-clock-time]', clockEl),
     } : null;
+
+    // A time of the API (RFC 3339) in ms, or NaN.
+    const timeOf = (value) => (typeof value === 'string' ? Date.parse(value) : NaN);
 
     function timeStatus(startsAt, endsAt, serverEnded, now) {
       if (serverEnded || now >= endsAt) return 'ended';
@@ -261,6 +277,76 @@
       fill(c.msg, parts || []);
     }
 
+    // ---------- guarded sales ----------
+    // A guarded product's buy carries a buy token. The page fetches it once during the
+    // countdown (solving the puzzle of a `challenge` sale first), so the button works the second
+    // the sale opens; a token that has run out by the click is fetched again then.
+    function hasToken(c) {
+      return c.token !== null && c.tokenExpires - serverNow() > 2000;
+    }
+
+    // One token request at a time per card; resolves to the last answer.
+    function fetchToken(c) {
+      if (!c.tokenJob) {
+        c.tokenJob = requestToken(c).finally(() => { c.tokenJob = null; });
+      }
+      return c.tokenJob;
+    }
+
+    async function requestToken(c) {
+      let answer = {};
+      if (c.guard === 'challenge') {
+        const r = await api('GET', '/api/v1/products/' + c.id + '/challenge');
+        const puzzle = r.data || {};
+        if (!r.ok || typeof puzzle.challenge !== 'string') return tokenRefused(c, r);
+        const nonce = await window.seckillPow.solve(puzzle.challenge, Number(puzzle.difficulty) || 0);
+        answer = { challenge: puzzle.challenge, nonce: nonce };
+      }
+      const r = await api('POST', '/api/v1/products/' + c.id + '/buy-token', JSON.stringify(answer));
+      const granted = r.data || {};
+      const expires = timeOf(granted.expires_at);
+      if (!r.ok || typeof granted.token !== 'string' || !Number.isFinite(expires)) return tokenRefused(c, r);
+      c.token = granted.token;
+      c.tokenExpires = expires;
+      return r;
+    }
+
+    // Holds off the next automatic try: as long as the server asks, else a few seconds.
+    function tokenRefused(c, r) {
+      c.tokenRetryAt = Date.now() + (r.status === 401 ? 60000 : Math.max(retryAfterMs(r.res), 5000));
+      return r;
+    }
+
+    // Called every second: fetches the tokens due, for a signed-in shopper who may still buy.
+    function prefetchTokens(now) {
+      if (!signedIn) return;
+      cards.forEach((c) => {
+        if (c.guard === 'none' || c.prefetched || c.tokenJob || c.bought || c.limited) return;
+        if (!(c.remaining > 0) || timeStatus(c.startsAt, c.endsAt, c.serverEnded, now) === 'ended') return;
+        if (now < c.tokenFrom || Date.now() < c.tokenRetryAt) return;
+        fetchToken(c).then(() => { c.prefetched = hasToken(c); }, () => { c.tokenRetryAt = Date.now() + 5000; });
+      });
+    }
+
+    // The buy request, with the buy token of a guarded sale; a token refused (it ran out on
+    // the way) is fetched again once. The token request's answer when no token could be had.
+    async function placeOrder(c) {
+      for (let attempt = 0; ; attempt++) {
+        let token = '';
+        if (c.guard !== 'none') {
+          if (!hasToken(c)) {
+            const refused = await fetchToken(c);
+            if (!hasToken(c)) return refused;
+          }
+          token = ',"buy_token":' + JSON.stringify(c.token);
+        }
+        // The id goes in as a JSON number built from its decimal string: exact for any i64.
+        const r = await api('POST', '/api/v1/orders', '{"product_id":' + c.id + ',"quantity":1' + token + '}');
+        if (attempt > 0 || errorOf(r).code !== 'invalid_buy_token') return r;
+        c.token = null;
+      }
+    }
+
     async function buy(c) {
       if (c.pending || !c.btn || c.btn.disabled) return;
       if (!/^\d+$/.test(c.id)) return;
@@ -270,8 +356,7 @@
 
       let r;
       try {
-        // The id goes in as a JSON number built from its decimal string: exact for any i64.
-        r = await api('POST', '/api/v1/orders', '{"product_id":' + c.id + ',"quantity":1}');
+        r = await placeOrder(c);
       } catch (e) {
         c.pending = false;
         showMsg(c, 'error', [tr('network_error')]);
@@ -323,6 +408,13 @@
             c.paused = true;
             showMsg(c, 'info', [tr('paused_msg')]);
             break;
+          case 'buy_token_required':
+          case 'invalid_buy_token':
+          case 'challenge_required':
+          case 'invalid_challenge_answer':
+          case 'too_early':
+            showMsg(c, 'error', [tr('guard_failed')]);
+            break;
           case 'rate_limited': {
             const wait = retryAfterMs(r.res);
             c.cooldownUntil = Date.now() + wait;
@@ -346,9 +438,6 @@
     function eventOver() {
       return allEndedByServer || (eventEndsAt > 0 && serverNow() >= eventEndsAt);
     }
-
-    // A time of the API (RFC 3339) in ms, or NaN.
-    const timeOf = (value) => (typeof value === 'string' ? Date.parse(value) : NaN);
 
     function applyEvent(data) {
       if (!data || typeof data !== 'object') return;
@@ -411,7 +500,10 @@
       });
     }
 
-    everySecond(renderAll);
+    everySecond((now) => {
+      renderAll(now);
+      prefetchTokens(now);
+    });
     // Sync at load, then now and then, so a drifting device still opens the sale on time.
     syncClock().then(() => renderAll(serverNow()));
     setInterval(syncClock, 60000);
@@ -430,6 +522,16 @@
       const err = errorOf(r);
       if (AUTH_CODES.indexOf(err.code) >= 0) return tr(err.code);
       return tr(fallback) + ' (' + (err.code || 'HTTP ' + r.status) + ')';
+    }
+
+    // Registering where the server asks for a solved puzzle first: one for this username.
+    async function registerSolving(username, password) {
+      const r = await api('GET', '/api/v1/registration/challenge?username=' + encodeURIComponent(username));
+      const puzzle = r.data || {};
+      if (!r.ok || typeof puzzle.challenge !== 'string') return r;
+      const nonce = await window.seckillPow.solve(puzzle.challenge, Number(puzzle.difficulty) || 0);
+      const answer = { username: username, password: password, challenge: puzzle.challenge, nonce: nonce };
+      return api('POST', '/api/v1/users', JSON.stringify(answer));
     }
 
     $$('form[data-auth]').forEach((form) => {
@@ -456,7 +558,8 @@
         };
         try {
           if (mode === 'register') {
-            const reg = await api('POST', '/api/v1/users', payload);
+            let reg = await api('POST', '/api/v1/users', payload);
+            if (errorOf(reg).code === 'challenge_required') reg = await registerSolving(username, password);
             if (!reg.ok) { done(authError(reg, 'register_failed')); return; }
           }
           const r = await api('POST', '/api/v1/sessions', payload);

@@ -6,11 +6,13 @@ mod payments;
 mod sessions;
 
 use crate::auth::TokenSigner;
+use crate::auth::guard::GuardSigner;
 use crate::auth::revocation::RevokedSessions;
 use crate::clock::SharedClock;
 use crate::config::{Config, Secret};
 use crate::gate::memory::MemoryGate;
 use crate::http::AppState;
+use crate::http::api::guard::Guards;
 use crate::http::extract::AuthKeys;
 use crate::http::images::Images;
 use crate::http::rate_limit::RateLimits;
@@ -282,6 +284,10 @@ impl App {
             }),
             passwords: Arc::new(crate::auth::password::Hasher::per_core()?),
             limits,
+            guard: Arc::new(Guards {
+                signer: GuardSigner::new(secret.expose().as_bytes()),
+                settings: config.guard.clone(),
+            }),
             secure_cookies: config.secure_cookies,
             site: crate::http::origin::Site::new(config.public_url.as_deref()),
             demo: config.demo,

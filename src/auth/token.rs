@@ -11,14 +11,42 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-type HmacSha256 = Hmac<Sha256>;
+pub(super) type HmacSha256 = Hmac<Sha256>;
 
 /// Room for the longest payload a signer issues: two numbers of up to 20 characters, a session
 /// id of 32, a name of up to 32 and three colons (107 bytes). A longer one was not issued here
 /// and fails to decode.
-const PAYLOAD_ROOM: usize = 128;
+pub(super) const PAYLOAD_ROOM: usize = 128;
 /// Room for a signature: 32 bytes, and slack for a garbled one to fail on its length instead.
 const SIGNATURE_ROOM: usize = 48;
+
+/// `payload` signed with `mac`: `base64url(payload) . base64url(HMAC-SHA256)`.
+pub(super) fn seal(mac: &HmacSha256, payload: &str) -> String {
+    let mut mac = mac.clone();
+    mac.update(payload.as_bytes());
+    let sig = mac.finalize().into_bytes();
+    format!("{}.{}", B64.encode(payload), B64.encode(sig))
+}
+
+/// The payload of a token [`seal`]ed with `mac`, decoded into `room`; `None` for a token that
+/// is garbled, longer than `room` or not signed with `mac`. Decoded on the stack, not into
+/// fresh `Vec`s: every buy checks a token.
+pub(super) fn open<'r>(
+    mac: &HmacSha256,
+    token: &str,
+    room: &'r mut [u8; PAYLOAD_ROOM],
+) -> Option<&'r str> {
+    let (payload_b64, sig_b64) = token.split_once('.')?;
+    let mut sig = [0u8; SIGNATURE_ROOM];
+    let payload_len = B64.decode_slice(payload_b64, &mut room[..]).ok()?;
+    let sig_len = B64.decode_slice(sig_b64, &mut sig).ok()?;
+    let room: &'r [u8] = room;
+    let payload = &room[..payload_len];
+    let mut mac = mac.clone();
+    mac.update(payload);
+    mac.verify_slice(&sig[..sig_len]).ok()?;
+    std::str::from_utf8(payload).ok()
+}
 
 /// The identity a valid token proves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,13 +78,7 @@ impl TokenSigner {
         let expires_at = now + self.ttl_ms;
         let session = SessionId::random();
         let payload = format!("{}:{expires_at}:{session}:{username}", user.0);
-        let mut mac = self.mac.clone();
-        mac.update(payload.as_bytes());
-        let sig = mac.finalize().into_bytes();
-        (
-            format!("{}.{}", B64.encode(payload), B64.encode(sig)),
-            expires_at,
-        )
+        (seal(&self.mac, &payload), expires_at)
     }
 
     /// The token a session's page forms carry (against forged posts): the HMAC of the session
@@ -79,16 +101,8 @@ impl TokenSigner {
 
     /// The claims of a token that is well formed, correctly signed and not expired at `now`.
     pub fn verify(&self, token: &str, now: Millis) -> Option<Claims> {
-        let (payload_b64, sig_b64) = token.split_once('.')?;
-        // Decoded on the stack, not into two fresh `Vec`s: every buy checks a token.
-        let (mut payload, mut sig) = ([0u8; PAYLOAD_ROOM], [0u8; SIGNATURE_ROOM]);
-        let payload_len = B64.decode_slice(payload_b64, &mut payload).ok()?;
-        let sig_len = B64.decode_slice(sig_b64, &mut sig).ok()?;
-        let (payload, sig) = (&payload[..payload_len], &sig[..sig_len]);
-        let mut mac = self.mac.clone();
-        mac.update(payload);
-        mac.verify_slice(sig).ok()?;
-        let payload = std::str::from_utf8(payload).ok()?;
+        let mut room = [0u8; PAYLOAD_ROOM];
+        let payload = open(&self.mac, token, &mut room)?;
         let mut parts = payload.splitn(4, ':');
         let user_id = parts.next()?.parse().ok()?;
         let expires_at: Millis = parts.next()?.parse().ok()?;

@@ -12,7 +12,7 @@ pub mod user;
 pub use image::{Image, ImageError, ImageFormat, ImageId};
 pub use money::Money;
 pub use order::{Order, OrderId, OrderStatus};
-pub use product::{Product, ProductId, SaleEvent, SaleStatus, SaleWindow};
+pub use product::{Guard, InvalidGuard, Product, ProductId, SaleEvent, SaleStatus, SaleWindow};
 pub use quantity::Quantity;
 pub use user::{Password, UserId, Username};
 

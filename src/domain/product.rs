@@ -68,6 +68,54 @@ pub struct SaleEvent {
     pub id: i64,
     pub title: String,
     pub window: SaleWindow,
+    /// What a buyer of its products must show besides a session.
+    pub guard: Guard,
+}
+
+/// How a sale event keeps scripts that skip the sale page from buying: a guarded event's buys
+/// must carry a buy token, which the page fetches shortly before the start, and with
+/// `Challenge` the token is handed out only for the answer to a proof-of-work puzzle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Guard {
+    /// A session is enough.
+    #[default]
+    None,
+    /// A buy token is needed.
+    Token,
+    /// A buy token is needed, and fetching one needs a solved puzzle.
+    Challenge,
+}
+
+/// Why a guard's name was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("guard must be none, token or challenge")]
+pub struct InvalidGuard;
+
+impl Guard {
+    /// Every guard, weakest first.
+    pub const ALL: [Self; 3] = [Self::None, Self::Token, Self::Challenge];
+
+    /// Parses the wire and database spelling.
+    pub fn parse(raw: &str) -> Result<Self, InvalidGuard> {
+        Self::ALL
+            .into_iter()
+            .find(|guard| guard.as_str() == raw)
+            .ok_or(InvalidGuard)
+    }
+
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Token => "token",
+            Self::Challenge => "challenge",
+        }
+    }
+
+    /// Whether a buy needs a buy token.
+    pub fn needs_token(self) -> bool {
+        self != Self::None
+    }
 }
 
 /// A product as the shop defines it. `stock` is what the database still has to sell: each
@@ -90,6 +138,8 @@ pub struct Product {
     /// When an operator paused buying, which stays refused until they resume it; `None` while
     /// buying follows the window alone.
     pub paused_at: Option<Millis>,
+    /// Its event's guard, read with the product (`None` without an event).
+    pub guard: Guard,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
@@ -112,6 +162,16 @@ mod tests {
         assert_eq!(w.status(100), SaleStatus::Live);
         assert_eq!(w.status(199), SaleStatus::Live);
         assert_eq!(w.status(200), SaleStatus::Ended);
+    }
+
+    #[test]
+    fn guards_read_back_as_they_are_written() {
+        for guard in Guard::ALL {
+            assert_eq!(Guard::parse(guard.as_str()), Ok(guard));
+        }
+        assert_eq!(Guard::parse("None"), Err(InvalidGuard));
+        assert_eq!(Guard::parse(""), Err(InvalidGuard));
+        assert_eq!(Guard::default(), Guard::None);
     }
 
     #[test]

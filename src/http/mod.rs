@@ -42,6 +42,8 @@ pub struct AppState {
     pub images: Arc<images::Images>,
     /// Per-user, per-address and per-account throttles.
     pub limits: Arc<RateLimits>,
+    /// Guarded sales' buy tokens and puzzles.
+    pub guard: Arc<api::guard::Guards>,
     /// Whether the session cookie is marked `Secure`.
     pub secure_cookies: bool,
     /// The header a trusted reverse proxy puts the client address in, if any.

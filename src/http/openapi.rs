@@ -3,7 +3,7 @@
 //! rendered from that same document at `/api/docs`. Both are built once, when the router is.
 
 use super::AppState;
-use super::api::{admin, admin_orders, catalog, images, orders, sessions};
+use super::api::{admin, admin_orders, catalog, guard, images, orders, sessions};
 use askama::Template;
 use axum::Router;
 use axum::body::Bytes;
@@ -28,16 +28,20 @@ use utoipa::{Modify, OpenApi};
         sessions::register,
         sessions::sign_in,
         sessions::sign_out,
+        guard::registration_challenge,
         catalog::list_events,
         catalog::show_event,
         catalog::show_product,
         orders::place_order,
+        guard::buy_challenge,
+        guard::buy_token,
         orders::my_orders,
         orders::my_order,
         orders::pay,
         orders::cancel,
         admin::list_events,
         admin::create_event,
+        admin::update_event,
         admin::list_products,
         admin::audit_log,
         admin::create_product,

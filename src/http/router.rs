@@ -26,6 +26,7 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::sessions::router())
         .merge(api::catalog::router())
         .merge(api::orders::router())
+        .merge(api::guard::router())
         .merge(api::admin::router())
         .merge(api::images::router(max_image_bytes))
         .merge(api::admin_orders::router())

@@ -2,7 +2,7 @@
 //! and then this process's catalog and gate, so the gate never knows more than the database.
 
 use super::{SaleService, unless_not_loaded};
-use crate::domain::{Money, Product, ProductId, SaleEvent, SaleWindow};
+use crate::domain::{Guard, Money, Product, ProductId, SaleEvent, SaleWindow};
 use crate::store::{NewProduct, ProductPatch, StoreError};
 use std::sync::Arc;
 
@@ -75,8 +75,12 @@ impl SaleService {
         &self,
         title: &str,
         window: SaleWindow,
+        guard: Guard,
     ) -> Result<SaleEvent, AdminError> {
-        let event = self.store.create_event(title, window, self.now()).await?;
+        let event = self
+            .store
+            .create_event(title, window, guard, self.now())
+            .await?;
         self.catalog.put_event(event.clone());
         Ok(event)
     }

@@ -1,10 +1,11 @@
 //! What this process knows about products without asking anyone: which ids exist (so unknown
 //! ids are turned away before the gate, against cache penetration), the name and price an
-//! order copies, whether the product is in the gate, and the local sold-out flag. It also keeps
+//! order copies, its event's guard, whether the product is in the gate, and the local sold-out
+//! flag. It also keeps
 //! the newest row of each product and every sale event: what shoppers see is made from these.
 
 use super::SaleService;
-use crate::domain::{Millis, Money, Product, ProductId, SaleEvent, SaleWindow};
+use crate::domain::{Guard, Millis, Money, Product, ProductId, SaleEvent, SaleWindow};
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +16,8 @@ pub(super) struct Entry {
     pub name: Arc<str>,
     pub sale_price: Money,
     pub window: SaleWindow,
+    /// What a buyer must show besides a session: its event's guard.
+    pub guard: Guard,
     /// In the gate (preheated).
     pub loaded: AtomicBool,
     /// The gate said "sold out": answer locally until stock comes back.
@@ -27,13 +30,21 @@ pub(super) struct Catalog {
     entries: RwLock<HashMap<ProductId, Arc<Entry>>>,
     /// The newest row read or written of each product: at most a catalog refresh old.
     rows: RwLock<HashMap<ProductId, Arc<Product>>>,
-    /// Sale events by id. An event changes only when an operator ends it early.
+    /// Sale events by id. An event changes only when an operator ends it early or sets its
+    /// guard.
     events: RwLock<HashMap<i64, SaleEvent>>,
 }
 
 impl Catalog {
     pub fn get(&self, id: ProductId) -> Option<Arc<Entry>> {
         cloned(&self.entries, &id)
+    }
+
+    /// A product's guard and window, copied out under the read lock: the guard check of every
+    /// buy reads it.
+    pub fn guard(&self, id: ProductId) -> Option<(Guard, SaleWindow)> {
+        let entries = self.entries.read().expect("catalog lock poisoned");
+        entries.get(&id).map(|entry| (entry.guard, entry.window))
     }
 
     /// The newest row of a product this process read or wrote.
@@ -87,7 +98,8 @@ impl Catalog {
             Some(e)
                 if *e.name == *product.name
                     && e.sale_price == product.sale_price
-                    && e.window == product.window =>
+                    && e.window == product.window
+                    && e.guard == product.guard =>
             {
                 return;
             }
@@ -103,6 +115,7 @@ impl Catalog {
                 name: product.name.as_str().into(),
                 sale_price: product.sale_price,
                 window: product.window,
+                guard: product.guard,
                 loaded: AtomicBool::new(loaded),
                 sold_out: AtomicBool::new(sold_out),
             }),

@@ -101,7 +101,7 @@ impl SaleService {
     }
 
     /// The products of a sale event, from the database.
-    async fn products_of_event(&self, event: i64) -> Result<Vec<Product>, AdminError> {
+    pub(super) async fn products_of_event(&self, event: i64) -> Result<Vec<Product>, AdminError> {
         let mut products = self.store.products().await?;
         products.retain(|p| p.event_id == Some(event));
         Ok(products)

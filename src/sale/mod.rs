@@ -8,6 +8,7 @@ mod catalog;
 mod controls;
 mod durability;
 mod fleet;
+mod guard;
 mod orders;
 mod overview;
 mod payments;

@@ -16,8 +16,8 @@ pub mod sql;
 pub mod sqlite;
 
 use crate::domain::{
-    Image, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product, ProductId, SaleEvent,
-    SaleWindow, UserId, Username,
+    Guard, Image, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product, ProductId,
+    SaleEvent, SaleWindow, UserId, Username,
 };
 use async_trait::async_trait;
 use sql::Dialect;
@@ -202,6 +202,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         title: &str,
         window: SaleWindow,
+        guard: Guard,
         now: Millis,
     ) -> StoreResult<SaleEvent>;
     /// All sale events, by start time.
@@ -211,6 +212,8 @@ pub trait Store: Send + Sync + 'static {
     /// Ends a sale event at `now` (see [`Store::end_product`]) and, in the same transaction,
     /// each of its products whose sale has not ended; `None` when there is no such event.
     async fn end_event(&self, id: i64, now: Millis) -> StoreResult<Option<SaleEvent>>;
+    /// Sets a sale event's guard; the event as it is now, `None` when there is no such event.
+    async fn set_event_guard(&self, id: i64, guard: Guard) -> StoreResult<Option<SaleEvent>>;
 
     /// Creates a product.
     async fn create_product(&self, product: &NewProduct, now: Millis) -> StoreResult<Product>;

@@ -26,8 +26,13 @@ async fn bench(app: &TestApp, database: &str, args: &[&str]) -> Output {
 /// passed all `checks` checks.
 async fn passing_bench(args: &str, checks: usize) -> String {
     let app = TestApp::spawn_paying(Arc::new(SystemClock)).await;
+    passing_bench_on(&app, args, checks).await
+}
+
+/// [`passing_bench`] against `app`.
+async fn passing_bench_on(app: &TestApp, args: &str, checks: usize) -> String {
     let args: Vec<&str> = args.split_whitespace().collect();
-    let output = bench(&app, &app.db.url, &args).await;
+    let output = bench(app, &app.db.url, &args).await;
     let report = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
@@ -49,6 +54,31 @@ async fn the_load_generator_sells_out_a_test_server_and_finds_every_invariant_ho
         report.contains("buy accepted") && report.contains("buy sold_out"),
         "{report}"
     );
+}
+
+/// A guarded sale: every shopper fetches its buy token before the start, solving the server's
+/// puzzle first, and buys with it; no buy is refused by the guard or for being early, and every
+/// invariant holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_fetches_buy_tokens_before_a_guarded_sale_and_buys_with_them() {
+    let app = TestApp::spawn_with(Arc::new(SystemClock), |c| {
+        c.guard.challenge_difficulty = 8;
+    })
+    .await;
+    let report = passing_bench_on(
+        &app,
+        "--scenario sellout --users 300 --concurrency 8 --duration 1s --guard challenge",
+        6,
+    )
+    .await;
+    assert!(report.contains("challenge guard"), "{report}");
+    assert!(
+        report.contains("buy accepted") && report.contains("buy sold_out"),
+        "{report}"
+    );
+    for refusal in ["buy_token_required", "invalid_buy_token", "not_started"] {
+        assert!(!report.contains(&format!("buy {refusal}")), "{report}");
+    }
 }
 
 /// The `hold` crowd makes one request per connection and keeps it open, idle, to the end: what

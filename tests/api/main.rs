@@ -10,6 +10,7 @@ mod buying;
 mod connections;
 mod deadlines;
 mod forged_requests;
+mod guards;
 mod helpers;
 mod images;
 mod metrics;

@@ -1,11 +1,13 @@
 // The shop driven in Debian's headless Chromium (scripts/browser-test starts the server):
 // register, buy in the live sale, pay on the sandbox checkout, see the order paid; the
 // operator creates a product that appears on the sale page, opens on its countdown and sells
-// out, and the live dashboard shows the sale; the operator refunds the paid order; the
-// language switch. Every page shown is checked for what keeps it from a screen reader or a weak
-// eye (axe-core's rules: labels, names, contrast, landmarks).
+// out, and the live dashboard shows the sale; an event guarded by a puzzle whose product the
+// page buys at its start with the buy token it fetched during the countdown; the operator
+// refunds the paid order; the language switch. Every page shown is checked for what keeps it
+// from a screen reader or a weak eye (axe-core's rules: labels, names, contrast, landmarks).
 // Usage: node tests/browser/shop.mjs <base-url>; screenshots go to $SECKILL_SCREENSHOTS.
 import { chromium } from 'playwright-core';
+import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -122,6 +124,74 @@ async function buyAndPay(page) {
 // The console's time fields take whole minutes, in UTC.
 const minuteField = (ms) => new Date(ms).toISOString().slice(0, 16);
 
+// The first whole minute at least 5 s away.
+const nextMinute = () => Math.ceil((Date.now() + 5000) / 60000) * 60000;
+
+async function signInToConsole(page) {
+  await page.goto(base + '/admin');
+  await screenshots(page, 'admin-login');
+  await page.locator('input[name="token"]').fill(adminToken);
+  await Promise.all([page.waitForURL((u) => !u.pathname.startsWith('/admin/login')), page.locator('button[type="submit"]').click()]);
+}
+
+// The operator creates an event guarded by a puzzle, opening at the next minute, with a
+// one-piece product, and the shopper opens its sale page in a second tab during the countdown.
+// The page's own script must fetch the buy token before the start (solving the puzzle), so the
+// button works the second the sale opens: buyGuardedSale checks that after the start.
+async function openGuardedSale(context, page) {
+  const startsAt = nextMinute();
+  const title = 'Guarded ' + Date.now().toString(36);
+  await page.goto(base + '/admin/products');
+  const eventForm = page.locator('form[action="/admin/events"]');
+  await eventForm.locator('input[name="title"]').fill(title);
+  await eventForm.locator('input[name="starts_at"]').fill(minuteField(startsAt));
+  await eventForm.locator('input[name="ends_at"]').fill(minuteField(startsAt + 3600000));
+  await eventForm.locator('select[name="guard"]').selectOption('challenge');
+  await Promise.all([page.waitForLoadState('load'), eventForm.locator('button[type="submit"]').click()]);
+  const row = page.locator('tr[data-event-id]').filter({ hasText: title });
+  check((await row.count()) === 1, 'the console lists the new guarded event');
+  check((await row.locator('select[name="guard"]').inputValue()) === 'challenge', 'the console shows the event guarded by a puzzle');
+  const eventId = await row.getAttribute('data-event-id');
+
+  const name = 'Guarded item ' + Date.now();
+  const productForm = page.locator('form[action="/admin/products"]');
+  await productForm.locator('input[name="name"]').fill(name);
+  await productForm.locator('input[name="event_id"]').fill(eventId);
+  await productForm.locator('input[name="original_price"]').fill('59.00');
+  await productForm.locator('input[name="sale_price"]').fill('5.90');
+  await productForm.locator('input[name="stock"]').fill('1');
+  await Promise.all([page.waitForURL(/\/admin\/products\/\d+$/), productForm.locator('button[type="submit"]').click()]);
+
+  const tab = await context.newPage();
+  tab.on('pageerror', (e) => { failed = true; console.error('page error: ' + e.message); });
+  const asked = { challenge: null, token: null };
+  tab.on('response', (r) => {
+    const path = new URL(r.url()).pathname;
+    if (path.endsWith('/challenge') && !asked.challenge) asked.challenge = { at: Date.now(), status: r.status() };
+    if (path.endsWith('/buy-token') && !asked.token) asked.token = { at: Date.now(), status: r.status() };
+  });
+  await tab.goto(base + '/?event=' + eventId);
+  const hashes = await tab.evaluate(() => [window.seckillPow.sha256Hex('abc'), window.seckillPow.sha256Hex('0123456789'.repeat(13))]);
+  check(hashes[0] === 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad' &&
+    hashes[1] === createHash('sha256').update('0123456789'.repeat(13)).digest('hex'), "the page's SHA-256 agrees with known digests");
+  const card = tab.locator('article[data-product-id]').filter({ has: tab.getByText(name, { exact: true }) });
+  check((await card.getAttribute('data-guard')) === 'challenge', 'the guarded product says so on its card');
+  check(await card.locator('button[data-buy]').isDisabled(), 'before its start the guarded product cannot be bought');
+  await screenshots(tab, 'sale-guarded');
+  return { tab, card, startsAt, asked };
+}
+
+async function buyGuardedSale({ tab, card, startsAt, asked }) {
+  const button = card.locator('button[data-buy]');
+  await tab.waitForFunction((el) => !el.disabled, await button.elementHandle(), { timeout: startsAt - Date.now() + TIMEOUT });
+  check(asked.challenge !== null && asked.challenge.status === 200, 'the page asked for the puzzle');
+  check(asked.token !== null && asked.token.status === 200 && asked.token.at < startsAt,
+    'the page solved the puzzle and had its buy token before the start');
+  const orderId = await buy(tab, card);
+  check(/^\d+$/.test(orderId), `the guarded product is bought through the page (order ${orderId})`);
+  await tab.close();
+}
+
 // The operator signs in and creates a one-piece product in the live event whose sale opens at
 // the next minute; it appears on the sale page counting down, the buy button comes alive at
 // the start without a reload, a shopper buys it, and after that the page shows it sold out.
@@ -130,15 +200,11 @@ async function adminProductSellsOut(page) {
   const eventId = await page.locator('body').getAttribute('data-event-id');
   check(/^\d+$/.test(eventId || ''), 'the sale page selects the live event');
   // The product's window: from the first whole minute at least 5 s away to the event's end.
-  const startsAt = Math.ceil((Date.now() + 5000) / 60000) * 60000;
+  const startsAt = nextMinute();
   const eventEnd = Number(await page.locator('[data-event-clock]').getAttribute('data-ends-at-ms'));
   const endsAt = Math.floor(eventEnd / 60000) * 60000;
   check(endsAt > startsAt, 'the live event lasts past the next minute');
 
-  await page.goto(base + '/admin');
-  await screenshots(page, 'admin-login');
-  await page.locator('input[name="token"]').fill(adminToken);
-  await Promise.all([page.waitForURL((u) => !u.pathname.startsWith('/admin/login')), page.locator('button[type="submit"]').click()]);
   await page.goto(base + '/admin/products');
   const name = 'Browser test item ' + Date.now();
   const form = page.locator('form[action="/admin/products"]');
@@ -241,7 +307,11 @@ try {
   await register(page, 'shopper' + Date.now().toString(36));
   await buyAndPay(page);
   if (adminToken) {
-    await dashboardShowsTheSale(page, await adminProductSellsOut(page));
+    await signInToConsole(page);
+    const guarded = await openGuardedSale(context, page);
+    const sold = await adminProductSellsOut(page);
+    await buyGuardedSale(guarded);
+    await dashboardShowsTheSale(page, sold);
     await consolePages(page);
   } else console.log('skipped: the operator console (SECKILL_ADMIN_TOKEN is not set)');
   await languageSwitch(page);

@@ -193,6 +193,7 @@ mod tests {
         latency.insert("browse", Histogram::<u64>::new(3).unwrap());
         let report = Report {
             scenario: crate::Scenario::Mixed,
+            guard: crate::Guard::None,
             url: "http://127.0.0.1:8080/?a&b".into(),
             concurrency: 64,
             product: Some(1),

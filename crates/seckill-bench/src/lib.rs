@@ -9,18 +9,21 @@
 
 mod chart;
 mod conn;
+mod guard;
 mod ledger;
 mod load;
 mod report;
 mod setup;
 mod verify;
 
+pub use guard::{Guard, solve};
 pub use ledger::{Ledger, StoredProduct};
 
 use anyhow::Context;
 use clap::ValueEnum;
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Options of `seckill bench`.
@@ -58,6 +61,11 @@ pub struct Args {
     /// Skip the invariant checks (when this machine cannot reach the server's database).
     #[arg(long)]
     no_verify: bool,
+    /// Guard the sale: every shopper fetches a buy token before the start (solving the
+    /// server's puzzle first with `challenge`) and buys with it. Keep `--duration` within the
+    /// server's `guard.token_ttl_secs`, or late buys carry expired tokens.
+    #[arg(long, value_enum, default_value_t = Guard::None)]
+    guard: Guard,
 }
 
 /// What the crowd does.
@@ -147,7 +155,23 @@ where
     let (ledger, sale) = if args.scenario.buys() {
         let ledger = open_ledger().await?;
         let limit = args.scenario.per_user_limit();
-        let sale = setup::prepare(&ledger, &client, &base, args.users, stock, limit).await?;
+        let mut sale = setup::prepare(
+            &ledger, &client, &base, args.users, stock, limit, args.guard,
+        )
+        .await?;
+        if args.guard != Guard::None {
+            let tokens = guard::fetch_tokens(
+                &client,
+                &base,
+                sale.product,
+                args.guard,
+                &sale.shoppers,
+                args.concurrency,
+            )
+            .await?;
+            sale.buy_tokens = Some(Arc::new(tokens));
+            setup::wait_until_live(&client, &base, sale.product).await?;
+        }
         (Some(ledger), Some(sale))
     } else {
         (None, None)

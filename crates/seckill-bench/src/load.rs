@@ -158,8 +158,9 @@ struct Crowd {
     plan: Plan,
     /// Each shopper's `Authorization` header, made once rather than per request.
     tokens: Vec<HeaderValue>,
-    /// The buy request's body: one unit of the sale's product.
-    buy_body: Bytes,
+    /// The buy request's body: one unit of the sale's product, with each shopper's buy token
+    /// (in the shoppers' order) when the sale is guarded, else one body for all.
+    buy_bodies: Vec<Bytes>,
     next_shopper: AtomicUsize,
     issued: AtomicU64,
     /// Accepted visits of the mixed scenario, to pay or cancel them in a fixed proportion.
@@ -173,21 +174,21 @@ pub async fn drive(target: Target, plan: Plan) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let deadline = started + plan.duration;
     let concurrency = plan.concurrency;
-    let (tokens, buy_body) = match &plan.sale {
+    let (tokens, buy_bodies) = match &plan.sale {
         Some(sale) => (
             sale.shoppers
                 .iter()
                 .map(|token| HeaderValue::from_str(&format!("Bearer {token}")))
                 .collect::<Result<_, _>>()?,
-            Bytes::from(json!({ "product_id": sale.product, "quantity": 1 }).to_string()),
+            buy_bodies(sale),
         ),
-        None => (Vec::new(), Bytes::new()),
+        None => (Vec::new(), Vec::new()),
     };
     let crowd = Arc::new(Crowd {
         target,
         plan,
         tokens,
-        buy_body,
+        buy_bodies,
         next_shopper: AtomicUsize::new(0),
         issued: AtomicU64::new(0),
         visits: AtomicU64::new(0),
@@ -213,6 +214,21 @@ pub async fn drive(target: Target, plan: Plan) -> anyhow::Result<Outcome> {
         cancelled: total.cancelled,
         paid: total.paid,
     })
+}
+
+/// The bodies of the sale's buys (see [`Crowd::buy_bodies`]).
+fn buy_bodies(sale: &Sale) -> Vec<Bytes> {
+    let body = |buy_token: Option<&String>| {
+        let mut body = json!({ "product_id": sale.product, "quantity": 1 });
+        if let Some(buy_token) = buy_token {
+            body["buy_token"] = json!(buy_token);
+        }
+        Bytes::from(body.to_string())
+    };
+    match &sale.buy_tokens {
+        Some(buy_tokens) => buy_tokens.iter().map(|t| body(Some(t))).collect(),
+        None => vec![body(None)],
+    }
 }
 
 async fn show_progress(crowd: Arc<Crowd>, started: Instant) {
@@ -316,6 +332,13 @@ impl Answer {
     }
 }
 
+/// Who sends a buy: their `Authorization` header and their buy's body.
+#[derive(Clone)]
+struct Shopper<'c> {
+    auth: &'c HeaderValue,
+    buy_body: &'c Bytes,
+}
+
 /// One slot's connection and tallies.
 struct Slot {
     connection: Connection,
@@ -359,9 +382,12 @@ impl Crowd {
         slot.tally
     }
 
-    fn next_shopper(&self) -> &HeaderValue {
-        let i = self.next_shopper.fetch_add(1, Ordering::Relaxed);
-        &self.tokens[i % self.tokens.len()]
+    fn next_shopper(&self) -> Shopper<'_> {
+        let i = self.next_shopper.fetch_add(1, Ordering::Relaxed) % self.tokens.len();
+        Shopper {
+            auth: &self.tokens[i],
+            buy_body: &self.buy_bodies[i % self.buy_bodies.len()],
+        }
     }
 
     /// Sends, times and classifies one request.
@@ -383,8 +409,8 @@ impl Crowd {
     }
 
     /// One buy of one unit; the accepted order, if any.
-    async fn buy(&self, shopper: &HeaderValue, slot: &mut Slot) -> Option<Accepted> {
-        let body = Payload::Shopper(shopper, self.buy_body.clone());
+    async fn buy(&self, shopper: Shopper<'_>, slot: &mut Slot) -> Option<Accepted> {
+        let body = Payload::Shopper(shopper.auth, shopper.buy_body.clone());
         let answer = self
             .send(slot, "buy", Method::POST, "/api/v1/orders", body)
             .await;
@@ -403,7 +429,7 @@ impl Crowd {
         let product = format!("/api/v1/products/{}", sale.product);
         self.send(slot, "browse", Method::GET, &product, Payload::Nothing)
             .await;
-        let Some(order) = self.buy(shopper, slot).await else {
+        let Some(order) = self.buy(shopper.clone(), slot).await else {
             return;
         };
         let visit = self.visits.fetch_add(1, Ordering::Relaxed);
@@ -415,7 +441,7 @@ impl Crowd {
         };
         let path = format!("/api/v1/orders/{}/{action}", order.order);
         let answer = loop {
-            let empty = Payload::Shopper(shopper, Bytes::new());
+            let empty = Payload::Shopper(shopper.auth, Bytes::new());
             let answer = self.send(slot, action, Method::POST, &path, empty).await;
             match answer.retry_after() {
                 Some(wait) if Instant::now() + wait < deadline => tokio::time::sleep(wait).await,

@@ -4,7 +4,7 @@
 use crate::load::Outcome;
 use crate::setup::Sale;
 use crate::verify::Check;
-use crate::{Args, Scenario};
+use crate::{Args, Guard, Scenario};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -38,6 +38,8 @@ impl From<&Histogram<u64>> for Latency {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub scenario: Scenario,
+    /// What the sale asked of buyers besides a session.
+    pub guard: Guard,
     pub url: String,
     pub concurrency: usize,
     /// The product the crowd bought (none for `ceiling`).
@@ -66,6 +68,7 @@ impl Report {
         let requests = outcome.requests();
         Self {
             scenario: args.scenario,
+            guard: args.guard,
             url: url.to_owned(),
             concurrency: args.concurrency,
             product: sale.map(|s| s.product),
@@ -86,8 +89,12 @@ impl Report {
 
     /// Prints the table.
     pub fn print(&self) {
+        let guarded = match self.guard {
+            Guard::None => String::new(),
+            guard => format!(", {} guard", guard.as_str()),
+        };
         println!(
-            "\n{:?} against {}: {} requests in {:.1} s = {:.0} req/s ({} in flight)",
+            "\n{:?} against {}{guarded}: {} requests in {:.1} s = {:.0} req/s ({} in flight)",
             self.scenario,
             self.url,
             self.requests,

@@ -1,8 +1,10 @@
 //! Before the crowd arrives: shoppers created in the database in bulk with session tokens signed
 //! by the server's own secret (through the [`Ledger`]), and a product on sale now, created
-//! through the admin API like an operator would.
+//! through the admin API like an operator would. A guarded sale starts a few seconds later
+//! instead, in a guarded event: its shoppers fetch their buy tokens before the start.
 
 use crate::Ledger;
+use crate::guard::Guard;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -16,7 +18,13 @@ pub struct Sale {
     pub per_user_limit: u32,
     /// The crowd's session tokens, one per shopper.
     pub shoppers: Arc<Vec<String>>,
+    /// The shoppers' buy tokens, in the same order, once fetched (a guarded sale only).
+    pub buy_tokens: Option<Arc<Vec<String>>>,
 }
+
+/// How long after its creation a guarded sale starts: the time its shoppers have to fetch their
+/// buy tokens (a longer fetch delays the crowd, not the sale).
+const GUARDED_START_DELAY_SECS: i64 = 5;
 
 /// Creates the crowd and the product.
 pub async fn prepare(
@@ -26,6 +34,7 @@ pub async fn prepare(
     users: usize,
     stock: i64,
     per_user_limit: u32,
+    guard: Guard,
 ) -> anyhow::Result<Sale> {
     // Names this run's shoppers and product apart from earlier runs' on the same database.
     let run = SystemTime::now()
@@ -44,6 +53,7 @@ pub async fn prepare(
         &name,
         stock,
         per_user_limit,
+        guard,
     )
     .await?;
     // The checks read this database: one the server does not use would fail them all, after
@@ -65,9 +75,12 @@ pub async fn prepare(
         stock,
         per_user_limit,
         shoppers: Arc::new(shoppers),
+        buy_tokens: None,
     })
 }
 
+/// The product on sale, on sale now; a guarded one in an event of its guard that starts in
+/// [`GUARDED_START_DELAY_SECS`].
 async fn create_product(
     client: &reqwest::Client,
     base: &str,
@@ -75,20 +88,49 @@ async fn create_product(
     name: &str,
     stock: i64,
     per_user_limit: u32,
+    guard: Guard,
 ) -> anyhow::Result<i64> {
     let now = chrono::Utc::now();
+    let ends_at = (now + chrono::Duration::hours(1)).to_rfc3339();
+    let mut product = json!({
+        "name": name,
+        "original_price_cents": 10_000,
+        "sale_price_cents": 4_999,
+        "stock": stock,
+        "per_user_limit": per_user_limit,
+    });
+    if guard == Guard::None {
+        product["starts_at"] = json!((now - chrono::Duration::seconds(1)).to_rfc3339());
+        product["ends_at"] = json!(ends_at);
+    } else {
+        let starts_at = now + chrono::Duration::seconds(GUARDED_START_DELAY_SECS);
+        let event = json!({
+            "title": format!("{name} ({} guard)", guard.as_str()),
+            "starts_at": starts_at.to_rfc3339(),
+            "ends_at": ends_at,
+            "guard": guard.as_str(),
+        });
+        let event = admin_post(client, base, admin_token, "events", &event).await?;
+        product["event_id"] = event["id"].clone();
+    }
+    let product = admin_post(client, base, admin_token, "products", &product).await?;
+    product["id"]
+        .as_i64()
+        .context("the created product has no id")
+}
+
+/// `POST /api/v1/admin/{what}` with `body`: the created thing.
+async fn admin_post(
+    client: &reqwest::Client,
+    base: &str,
+    admin_token: &str,
+    what: &str,
+    body: &Value,
+) -> anyhow::Result<Value> {
     let response = client
-        .post(format!("{base}/api/v1/admin/products"))
+        .post(format!("{base}/api/v1/admin/{what}"))
         .bearer_auth(admin_token)
-        .json(&json!({
-            "name": name,
-            "original_price_cents": 10_000,
-            "sale_price_cents": 4_999,
-            "stock": stock,
-            "per_user_limit": per_user_limit,
-            "starts_at": (now - chrono::Duration::seconds(1)).to_rfc3339(),
-            "ends_at": (now + chrono::Duration::hours(1)).to_rfc3339(),
-        }))
+        .json(body)
         .send()
         .await
         .with_context(|| format!("reaching {base}"))?;
@@ -96,10 +138,28 @@ async fn create_product(
     let body: Value = response.json().await.unwrap_or(Value::Null);
     if !status.is_success() {
         bail!(
-            "creating the bench product answered {status}: {body} (same admin token and database as the server?)"
+            "creating the bench's {what} answered {status}: {body} (same admin token and database as the server?)"
         );
     }
-    body["id"].as_i64().context("the created product has no id")
+    Ok(body)
+}
+
+/// Waits until the server says the product's sale is live: a guarded sale starts a few seconds
+/// after its creation.
+pub async fn wait_until_live(
+    client: &reqwest::Client,
+    base: &str,
+    product: i64,
+) -> anyhow::Result<()> {
+    let url = format!("{base}/api/v1/products/{product}");
+    for _ in 0..600 {
+        let shown: Value = client.get(&url).send().await?.json().await?;
+        if shown["status"] == "live" {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("product {product} never went on sale")
 }
 
 /// Waits until the server shows the product as on sale (a server that did not create it learns

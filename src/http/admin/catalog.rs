@@ -1,14 +1,15 @@
-//! Sale events and products in the console: the lists, creating both, changing a product,
-//! adding stock to it, pausing and resuming its buying and ending its sale or its event's early,
-//! all through the sale service like the admin API, so every server sees a change within a
-//! second.
+//! Sale events and products in the console: the lists, creating both, setting an event's guard,
+//! changing a product, adding stock to it, pausing and resuming its buying and ending its sale
+//! or its event's early, all through the sale service like the admin API, so every server sees
+//! a change within a second.
 
 use super::{AdminSession, ConsoleForm, audit, mistake, page, see_other};
-use crate::domain::{Millis, Money, Product, ProductId};
+use crate::domain::{Guard, Millis, Money, Product, ProductId};
 use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
 use crate::http::api::admin::{
-    MAX_STOCK, control_action, datetime, image_url, per_user_limit, price, text, window,
+    MAX_STOCK, control_action, created_event_action, datetime, guard, guard_action, image_url,
+    per_user_limit, price, text, window,
 };
 use crate::sale::{AdminError, Controlled, NewProductInput, ProductChanges};
 use askama::Template;
@@ -30,6 +31,7 @@ pub fn router() -> Router<AppState> {
         .route("/admin/products/{id}/resume", post(resume_product))
         .route("/admin/products/{id}/end", post(end_product))
         .route("/admin/events/{id}/end", post(end_event))
+        .route("/admin/events/{id}/guard", post(set_event_guard))
 }
 
 /// The form's spelling of a time: `datetime-local`, read as UTC.
@@ -41,6 +43,8 @@ struct EventRow {
     title: String,
     /// `upcoming`, `live` or `ended`.
     status: &'static str,
+    /// `none`, `token` or `challenge`.
+    guard: &'static str,
     starts_at: String,
     ends_at: String,
 }
@@ -95,6 +99,8 @@ struct CatalogPage {
     error: Option<String>,
     events: Vec<EventRow>,
     products: Vec<ProductRow>,
+    /// Every guard an event may have, for the forms' choices.
+    guards: [&'static str; 3],
 }
 
 /// `GET /admin/products/{id}`: one product's form and its stock.
@@ -181,6 +187,7 @@ async fn catalog_page(
             id: e.id,
             title: e.title,
             status: e.window.status(now).as_str(),
+            guard: e.guard.as_str(),
             starts_at: form_time(e.window.start),
             ends_at: form_time(e.window.end),
         })
@@ -196,6 +203,7 @@ async fn catalog_page(
             error,
             events,
             products,
+            guards: Guard::ALL.map(Guard::as_str),
         },
     )
 }
@@ -236,16 +244,16 @@ async fn create_event(
             "" => crate::clock::local_time_of_day(window.start),
             title => text(title.to_owned(), "title", 100)?,
         };
-        Ok::<_, ApiError>(state.sale.create_event(&title, window).await?)
+        let guard = match form.field("guard") {
+            "" => Guard::None,
+            value => guard(value)?,
+        };
+        Ok::<_, ApiError>(state.sale.create_event(&title, window, guard).await?)
     }
     .await;
     match made {
         Ok(event) => {
-            audit(
-                &state,
-                format!("created event {} \"{}\"", event.id, event.title),
-            )
-            .await;
+            audit(&state, created_event_action(&event)).await;
             Ok(see_other("/admin/products"))
         }
         Err(e) => catalog_with(&state, &form, e).await,
@@ -454,5 +462,26 @@ async fn end_event(
             Ok(see_other("/admin/products"))
         }
         Err(e) => catalog_with(&state, &form, e.into()).await,
+    }
+}
+
+async fn set_event_guard(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
+    let set = async {
+        let guard = guard(form.field("guard"))?;
+        Ok::<_, ApiError>(state.sale.set_event_guard(id, guard).await?)
+    }
+    .await;
+    match set {
+        Ok(controlled) => {
+            if let Some(action) = guard_action(&controlled) {
+                audit(&state, action).await;
+            }
+            Ok(see_other("/admin/products"))
+        }
+        Err(e) => catalog_with(&state, &form, e).await,
     }
 }

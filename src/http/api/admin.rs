@@ -5,7 +5,7 @@
 //! input live here once, for the console too.
 
 use super::{ErrorBody, EventView, ProductView, Rfc3339};
-use crate::domain::{Millis, Money, Product, ProductId, Quantity, SaleWindow};
+use crate::domain::{Guard, Millis, Money, Product, ProductId, Quantity, SaleEvent, SaleWindow};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
@@ -35,6 +35,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/admin/products/{id}/resume", post(resume_product))
         .route("/api/v1/admin/products/{id}/end", post(end_product))
         .route("/api/v1/admin/events/{id}/end", post(end_event))
+        .route("/api/v1/admin/events/{id}", patch(update_event))
 }
 
 /// The most units one product may hold: far above any flash sale, far below overflow.
@@ -108,6 +109,19 @@ pub(in crate::http) fn image_url(value: String) -> Result<String, ApiError> {
         ));
     }
     Ok(value)
+}
+
+pub(in crate::http) fn guard(value: &str) -> Result<Guard, ApiError> {
+    Guard::parse(value).map_err(|e| ApiError::invalid("invalid_guard", e.to_string()))
+}
+
+/// The audit log's words for a new event: its id, title and guard, if any.
+pub(in crate::http) fn created_event_action(event: &SaleEvent) -> String {
+    let action = format!("created event {} \"{}\"", event.id, event.title);
+    match event.guard {
+        Guard::None => action,
+        guard => format!("{action} guarded by {}", guard.as_str()),
+    }
 }
 
 pub(in crate::http) fn per_user_limit(value: i64) -> Result<u32, ApiError> {
@@ -223,6 +237,9 @@ struct NewEvent {
     title: Option<String>,
     starts_at: DateTime<Utc>,
     ends_at: DateTime<Utc>,
+    /// `none` (the default), `token` or `challenge`: what its products' buyers must show
+    /// besides a session (see `POST /api/v1/products/{id}/buy-token`).
+    guard: Option<String>,
 }
 
 #[utoipa::path(
@@ -234,7 +251,7 @@ struct NewEvent {
     security(("admin_bearer" = [])),
     responses(
         (status = 201, description = "The event", body = EventView),
-        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long", body = ErrorBody),
+        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_guard`: the guard is not `none`, `token` or `challenge`", body = ErrorBody),
     )
 )]
 async fn create_event(
@@ -247,13 +264,73 @@ async fn create_event(
         Some(title) => text(title, "title", 100)?,
         None => crate::clock::local_time_of_day(window.start),
     };
-    let event = state.sale.create_event(&title, window).await?;
-    let action = format!("created event {} \"{}\"", event.id, event.title);
-    record_audit(&state, &api_actor(&state), action).await;
+    let guard = body.guard.as_deref().map(guard).transpose()?;
+    let event = state
+        .sale
+        .create_event(&title, window, guard.unwrap_or_default())
+        .await?;
+    record_audit(&state, &api_actor(&state), created_event_action(&event)).await;
     Ok((
         StatusCode::CREATED,
         AppJson(EventView::new(&event, state.sale.now())),
     ))
+}
+
+/// Changes to a sale event; a field left out keeps its value.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct EventUpdate {
+    /// `none`, `token` or `challenge`: what its products' buyers must show besides a session.
+    guard: Option<String>,
+}
+
+#[utoipa::path(
+    patch,
+    path = "/api/v1/admin/events/{id}",
+    tag = "admin",
+    summary = "Change a sale event's guard, also while it is live: every server checks buys the new way within a second",
+    params(("id" = i64, Path, description = "The event's id")),
+    request_body = EventUpdate,
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The event, changed (setting the guard it has changes nothing)", body = EventView),
+        (status = 404, description = "`unknown_event`: no such sale event", body = ErrorBody),
+        (status = 422, description = "`invalid_guard`: the guard is not `none`, `token` or `challenge`", body = ErrorBody),
+    )
+)]
+async fn update_event(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+    AppJson(body): AppJson<EventUpdate>,
+) -> Result<AppJson<EventView>, ApiError> {
+    let event = match body.guard.as_deref().map(guard).transpose()? {
+        Some(guard) => {
+            let controlled = state.sale.set_event_guard(id, guard).await?;
+            if let Some(action) = guard_action(&controlled) {
+                record_audit(&state, &api_actor(&state), action).await;
+            }
+            controlled.value
+        }
+        None => state
+            .sale
+            .event(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("unknown_event", "no such sale event"))?,
+    };
+    Ok(AppJson(EventView::new(&event, state.sale.now())))
+}
+
+/// The audit log's words for a change of an event's guard, or `None` for a repeat.
+pub(in crate::http) fn guard_action(controlled: &Controlled<SaleEvent>) -> Option<String> {
+    let event = &controlled.value;
+    controlled.changed.then(|| {
+        format!(
+            "set the guard of event {} to {}",
+            event.id,
+            event.guard.as_str()
+        )
+    })
 }
 
 /// A product to put on sale; without its own window it sells during its event's.

@@ -3,13 +3,27 @@
 pub mod admin;
 pub mod admin_orders;
 pub mod catalog;
+pub mod guard;
 pub mod images;
 pub mod orders;
 pub mod sessions;
 
 use crate::domain::{Millis, Order, Product, SaleEvent};
+use crate::error::ApiError;
+use axum::Json;
+use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
+
+/// A JSON body that may be left out: an empty (or blank) body is `T`'s default, so a client
+/// with nothing to say need not send `{}` and a `Content-Type`.
+pub(super) fn optional_json<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        Ok(Json::<T>::from_bytes(body)?.0)
+    }
+}
 
 /// A time sent to clients as RFC 3339 with milliseconds, e.g. `2026-11-22T10:00:00.000Z`.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +82,10 @@ pub struct ProductView {
     pub status: &'static str,
     /// An operator paused buying: every buy is refused (`sale_paused`) until they resume it.
     pub paused: bool,
+    /// Its event's guard: `none`, `token` (buys carry a buy token) or `challenge` (and a buy
+    /// token is handed out for a solved puzzle).
+    #[schema(value_type = String)]
+    pub guard: &'static str,
     #[schema(value_type = String, format = DateTime)]
     pub starts_at: Rfc3339,
     #[schema(value_type = String, format = DateTime)]
@@ -100,6 +118,7 @@ impl ProductView {
             per_user_limit: p.per_user_limit,
             status: p.window.status(now).as_str(),
             paused: p.is_paused(),
+            guard: p.guard.as_str(),
             starts_at: Rfc3339(p.window.start),
             ends_at: Rfc3339(p.window.end),
             created_at: Rfc3339(p.created_at),
@@ -116,6 +135,10 @@ pub struct EventView {
     /// `upcoming`, `live` or `ended`.
     #[schema(value_type = String)]
     pub status: &'static str,
+    /// What its products' buyers must show besides a session: `none`, `token` (a buy token)
+    /// or `challenge` (a buy token handed out for a solved puzzle).
+    #[schema(value_type = String)]
+    pub guard: &'static str,
     #[schema(value_type = String, format = DateTime)]
     pub starts_at: Rfc3339,
     #[schema(value_type = String, format = DateTime)]
@@ -129,6 +152,7 @@ impl EventView {
             id: e.id,
             title: e.title.clone(),
             status: e.window.status(now).as_str(),
+            guard: e.guard.as_str(),
             starts_at: Rfc3339(e.window.start),
             ends_at: Rfc3339(e.window.end),
         }

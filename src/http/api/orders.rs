@@ -1,8 +1,8 @@
-//! The buy endpoint and the buyer's own orders. `POST /orders` is the hot path: throttles and
-//! the token are checked in memory, the sale service does the rest, and the answer is `202`
-//! once the order is durable.
+//! The buy endpoint and the buyer's own orders. `POST /orders` is the hot path: throttles, the
+//! session token and a guarded sale's buy token are checked in memory, the sale service does
+//! the rest, and the answer is `202` once the order is durable.
 
-use super::{ErrorBody, OrderView};
+use super::{ErrorBody, OrderView, guard};
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
@@ -31,6 +31,8 @@ pub fn router() -> Router<AppState> {
 struct PlaceOrder {
     product_id: i64,
     quantity: i64,
+    /// The token of `POST /api/v1/products/{id}/buy-token`: a guarded sale's buys need one.
+    buy_token: Option<String>,
 }
 
 #[utoipa::path(
@@ -42,7 +44,7 @@ struct PlaceOrder {
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 202, description = "The order is taken and durable; pay it before `pay_before`", body = OrderView),
-        (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended (or an operator ended it early); `sale_paused`: an operator paused buying of the product, try again later", body = ErrorBody),
+        (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended (or an operator ended it early); `sale_paused`: an operator paused buying of the product, try again later; `buy_token_required`: the sale is guarded and the buy carries no `buy_token`; `invalid_buy_token`: the buy token is not this buyer's for this product, is forged or has expired", body = ErrorBody),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
         (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
@@ -60,6 +62,8 @@ async fn place_order(
     state.limits.check_user(user.id)?;
     let quantity = Quantity::parse(body.quantity)
         .map_err(|e| ApiError::invalid("invalid_quantity", e.to_string()))?;
+    let token = body.buy_token.as_deref();
+    guard::check_buy(&state, user.id, ProductId(body.product_id), token)?;
     let order = state
         .sale
         .buy(user.id, ProductId(body.product_id), quantity)

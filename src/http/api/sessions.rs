@@ -33,6 +33,11 @@ pub fn router() -> Router<AppState> {
 struct Credentials {
     username: String,
     password: String,
+    /// Registering, with `guard.registration_challenge` set: a challenge of
+    /// `GET /api/v1/registration/challenge` for this username (signing in ignores it).
+    challenge: Option<String>,
+    /// The nonce that solves `challenge`.
+    nonce: Option<String>,
 }
 
 /// An account as its owner sees it.
@@ -50,6 +55,7 @@ struct UserView {
     request_body = Credentials,
     responses(
         (status = 201, description = "The account was created", body = UserView),
+        (status = 403, description = "`challenge_required`: registering asks for the answer to a registration challenge (`guard.registration_challenge`); `invalid_challenge_answer`: the nonce does not solve the challenge, or the challenge is for another username or has expired", body = ErrorBody),
         (status = 409, description = "`username_taken`: that username is taken", body = ErrorBody),
         (status = 422, description = "`invalid_username`: the username breaks the rules; `weak_password`: the password is too weak", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests; retry after the `Retry-After` seconds", body = ErrorBody),
@@ -66,6 +72,8 @@ async fn register(
         .map_err(|e| ApiError::invalid("invalid_username", e.to_string()))?;
     let password = Password::parse(&body.password)
         .map_err(|e| ApiError::invalid("weak_password", e.to_string()))?;
+    let (challenge, nonce) = (body.challenge.as_deref(), body.nonce.as_deref());
+    super::guard::check_registration(&state, &username, challenge, nonce)?;
     let hash = state.passwords.turn().await?.hash(password).await?;
     let id = state
         .store

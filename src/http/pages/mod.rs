@@ -146,6 +146,7 @@ async fn sale_page(
         Some(user) => units_held(&state, user).await?,
         None => HashMap::new(),
     };
+    let token_lead_ms = (state.guard.settings.token_lead_secs * 1000) as i64;
     let cards = products
         .into_iter()
         .map(|p| ProductCard {
@@ -167,6 +168,8 @@ async fn sale_page(
             almost_gone: p.remaining > 0 && p.remaining * 10 <= p.stock_total,
             status: p.status,
             paused: p.paused,
+            guard: p.guard,
+            token_from_ms: p.starts_at.0 - token_lead_ms,
             starts_at_ms: p.starts_at.0,
             ends_at_ms: p.ends_at.0,
         })

@@ -71,6 +71,12 @@ pub struct ProductCard {
     /// The signed-in shopper already holds as many units as one buyer may: the button says
     /// so instead of inviting a click that can only be refused.
     pub held: bool,
+    /// Its event's guard, "none", "token" or "challenge": the script fetches a buy token for a
+    /// guarded product (solving the puzzle first for "challenge").
+    pub guard: &'static str,
+    /// When buy tokens start being handed out: the script fetches one after this, during the
+    /// countdown.
+    pub token_from_ms: i64,
 }
 
 /// `GET /` (and `GET /?event=ID`).

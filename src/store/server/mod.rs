@@ -16,8 +16,8 @@ use super::{
     ProductPatch, RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId,
-    Username,
+    Guard, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow,
+    UserId, Username,
 };
 use async_trait::async_trait;
 use retry::retry_conflicts;
@@ -250,9 +250,10 @@ impl Store for ServerStore {
         &self,
         title: &str,
         window: SaleWindow,
+        guard: Guard,
         now: Millis,
     ) -> StoreResult<SaleEvent> {
-        self.tables.create_event(title, window, now).await
+        self.tables.create_event(title, window, guard, now).await
     }
 
     async fn events(&self) -> StoreResult<Vec<SaleEvent>> {
@@ -266,6 +267,11 @@ impl Store for ServerStore {
     async fn end_event(&self, id: i64, now: Millis) -> StoreResult<Option<SaleEvent>> {
         // Its products' rows are also written by order batches, in another order.
         retry_conflicts(|| self.tables.end_event(id, now)).await?;
+        self.tables.event(id).await
+    }
+
+    async fn set_event_guard(&self, id: i64, guard: Guard) -> StoreResult<Option<SaleEvent>> {
+        self.tables.set_event_guard(id, guard).await?;
         self.tables.event(id).await
     }
 

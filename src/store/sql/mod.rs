@@ -16,8 +16,8 @@ use super::{
     RevokedSession, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product, ProductId,
-    SaleEvent, SaleWindow, UserId, Username,
+    Guard, Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product,
+    ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
 use rows::{order_columns, product_columns};
 use sqlx::any::{AnyArguments, AnyRow};
@@ -116,6 +116,7 @@ struct Statements {
     insert_event: Arc<str>,
     events: Arc<str>,
     event: Arc<str>,
+    set_event_guard: Arc<str>,
     insert_product: Arc<str>,
     update_product: Arc<str>,
     add_stock: Arc<str>,
@@ -168,12 +169,15 @@ impl Statements {
             ))),
             user_by_name: sql("SELECT id, username, password_hash FROM users WHERE username = ?"),
             insert_event: sql(&d.insert_with_id(
-                "INSERT INTO sale_events (title, starts_at, ends_at, created_at) \
-                 VALUES (?, ?, ?, ?)",
+                "INSERT INTO sale_events (title, starts_at, ends_at, guard, created_at) \
+                 VALUES (?, ?, ?, ?, ?)",
             )),
-            events: sql("SELECT id, title, starts_at, ends_at FROM sale_events \
-                         ORDER BY starts_at, id"),
-            event: sql("SELECT id, title, starts_at, ends_at FROM sale_events WHERE id = ?"),
+            events: sql(
+                "SELECT id, title, starts_at, ends_at, guard FROM sale_events \
+                         ORDER BY starts_at, id",
+            ),
+            event: sql("SELECT id, title, starts_at, ends_at, guard FROM sale_events WHERE id = ?"),
+            set_event_guard: sql("UPDATE sale_events SET guard = ? WHERE id = ?"),
             insert_product: sql(&d.insert_with_id(
                 "INSERT INTO products (event_id, name, image_url, original_price_cents, \
                  sale_price_cents, stock_total, stock, per_user_limit, sale_starts_at, \
@@ -380,19 +384,32 @@ impl Tables {
         &self,
         title: &str,
         window: SaleWindow,
+        guard: Guard,
         now: Millis,
     ) -> StoreResult<SaleEvent> {
         let insert = query(&self.sql.insert_event)
             .bind(title.to_owned())
             .bind(window.start)
             .bind(window.end)
+            .bind(guard.as_str())
             .bind(now);
         let id = self.must_insert_id(insert).await?;
         Ok(SaleEvent {
             id,
             title: title.to_owned(),
             window,
+            guard,
         })
+    }
+
+    /// Sets a sale event's guard, if there is such an event.
+    pub async fn set_event_guard(&self, id: i64, guard: Guard) -> StoreResult<()> {
+        query(&self.sql.set_event_guard)
+            .bind(guard.as_str())
+            .bind(id)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
     }
 
     /// See [`crate::store::Store::events`].

@@ -2,7 +2,8 @@
 //! three databases share; values that break a domain rule are reported as decode errors.
 
 use crate::domain::{
-    Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity, SaleEvent, SaleWindow, UserId,
+    Guard, Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity, SaleEvent, SaleWindow,
+    UserId,
 };
 use crate::store::{KeptPayment, UserRecord};
 use sqlx::any::AnyRow;
@@ -12,7 +13,9 @@ use sqlx::{Column, Row};
 macro_rules! product_columns {
     () => {
         "id, event_id, name, image_url, original_price_cents, sale_price_cents, stock_total, \
-         stock, per_user_limit, sale_starts_at, sale_ends_at, paused_at, created_at, updated_at"
+         stock, per_user_limit, sale_starts_at, sale_ends_at, paused_at, created_at, updated_at, \
+         COALESCE((SELECT sale_events.guard FROM sale_events \
+         WHERE sale_events.id = products.event_id), 'none') AS guard"
     };
 }
 macro_rules! order_columns {
@@ -119,6 +122,11 @@ impl<'r, R: Columns> Cursor<'r, R> {
         self.checked(column, Quantity::parse)
     }
 
+    fn guard(&mut self, column: &str) -> Result<Guard, R::Error> {
+        let at = self.at(column);
+        Guard::parse(&self.row.text(at)?).map_err(|_| self.row.invalid(at))
+    }
+
     fn window(&mut self, start: &str, end: &str) -> Result<SaleWindow, R::Error> {
         let starts = self.int(start)?;
         let at = self.at(end);
@@ -144,6 +152,7 @@ pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
         paused_at: c.maybe_int("paused_at")?,
         created_at: c.int("created_at")?,
         updated_at: c.int("updated_at")?,
+        guard: c.guard("guard")?,
     })
 }
 
@@ -200,6 +209,7 @@ pub fn event<R: Columns>(row: &R) -> Result<SaleEvent, R::Error> {
         id: c.int("id")?,
         title: c.text("title")?,
         window: c.window("starts_at", "ends_at")?,
+        guard: c.guard("guard")?,
     })
 }
 

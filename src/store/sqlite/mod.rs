@@ -29,8 +29,8 @@ use super::{
     ProductPatch, RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow, UserId,
-    Username,
+    Guard, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow,
+    UserId, Username,
 };
 use anyhow::Context;
 use async_trait::async_trait;
@@ -186,9 +186,10 @@ impl Store for SqliteStore {
         &self,
         title: &str,
         window: SaleWindow,
+        guard: Guard,
         now: Millis,
     ) -> StoreResult<SaleEvent> {
-        let event = self.tables.create_event(title, window, now).await?;
+        let event = self.tables.create_event(title, window, guard, now).await?;
         self.durable().await?;
         Ok(event)
     }
@@ -203,6 +204,12 @@ impl Store for SqliteStore {
 
     async fn end_event(&self, id: i64, now: Millis) -> StoreResult<Option<SaleEvent>> {
         self.tables.end_event(id, now).await?;
+        self.durable().await?;
+        self.tables.event(id).await
+    }
+
+    async fn set_event_guard(&self, id: i64, guard: Guard) -> StoreResult<Option<SaleEvent>> {
+        self.tables.set_event_guard(id, guard).await?;
         self.durable().await?;
         self.tables.event(id).await
     }
