@@ -7,6 +7,7 @@ mod buy;
 mod catalog;
 mod controls;
 mod durability;
+mod idempotency;
 mod orders;
 mod payments;
 mod reconcile;
@@ -20,7 +21,7 @@ pub use payments::{PayLink, Settled};
 pub use reconcile::ProductAudit;
 
 use crate::clock::SharedClock;
-use crate::domain::{Millis, OrderId, Product, ProductId, SaleWindow, UserId};
+use crate::domain::{IdempotencyKey, Millis, OrderId, Product, ProductId, SaleWindow, UserId};
 use crate::gate::{GateError, GateProduct, StockGate};
 use crate::ids::Snowflake;
 use crate::payment::PaymentProvider;
@@ -72,6 +73,8 @@ pub struct SaleService {
     provider: Option<Arc<dyn PaymentProvider>>,
     /// Buys by outcome since the process started.
     tally: buy::BuyTally,
+    /// Keyed buys on their way, which retries answered with their orders wait for.
+    in_flight: idempotency::InFlight,
 }
 
 impl SaleService {
@@ -90,6 +93,7 @@ impl SaleService {
             payments: parts.payments,
             provider: parts.provider,
             tally: buy::BuyTally::default(),
+            in_flight: idempotency::InFlight::default(),
         });
         service.refresh_catalog().await?;
         service.preheat_due().await?;
@@ -178,10 +182,19 @@ impl SaleService {
         // 4. Cancelled orders, after the stock: a cancel in between counts as not returned
         //    yet, and its release is then ignored.
         let released = self.store.cancelled_orders(id).await?;
+        // 5. Orders whose idempotency keys are live, so their retries are answered with them.
+        let since = self.now() - IdempotencyKey::LIFETIME_MS;
+        let mut kept = self.store.keyed_orders(id, since).await?;
         let mut remaining = product.stock;
-        for order in outbox.iter().filter(|order| !stored.contains(&order.id)) {
+        for order in outbox
+            .into_iter()
+            .filter(|order| !stored.contains(&order.id))
+        {
             remaining -= i64::from(order.quantity.get());
             *holdings.entry(order.user_id).or_default() += order.quantity.get();
+            if order.idempotency_key.is_some() && order.created_at > since {
+                kept.push(order);
+            }
         }
         let remaining = remaining.max(0);
         let loaded_now = self
@@ -194,6 +207,7 @@ impl SaleService {
                 per_user_limit: product.per_user_limit,
                 holdings: holdings.into_iter().collect(),
                 released,
+                kept,
             })
             .await?;
         // Loaded by another process first: its count is the live one, sold out or not.

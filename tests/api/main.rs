@@ -10,6 +10,7 @@ mod buying;
 mod connections;
 mod deadlines;
 mod helpers;
+mod idempotency;
 mod images;
 mod metrics;
 mod migrate;

@@ -28,6 +28,7 @@ pub fn order(id: i64, product: i64, quantity: i64) -> Order {
         paid_at: None,
         cancelled_at: None,
         pay_started_at: None,
+        idempotency_key: None,
     }
 }
 
