@@ -241,7 +241,8 @@ async fn a_gate_rebuilt_from_the_database_or_restarted_still_answers_a_retry() {
 
 #[tokio::test]
 async fn a_pay_call_retried_with_its_key_gets_the_same_pay_url() {
-    let app = TestApp::spawn_paying(TestApp::manual_clock()).await;
+    let clock = TestApp::manual_clock();
+    let app = TestApp::spawn_paying(clock.clone()).await;
     let product = app.live_product(2, 1).await;
     let tokens = app.users(2).await;
     let order = app.buy_each(&tokens[..1], product).await.remove(0).1;
@@ -311,6 +312,12 @@ async fn a_pay_call_retried_with_its_key_gets_the_same_pay_url() {
     assert_eq!(
         (status, code(&body)),
         (StatusCode::BAD_REQUEST, "invalid_idempotency_key")
+    );
+    // The two answers kept go a day later.
+    clock.advance(IdempotencyKey::LIFETIME_MS + 1);
+    assert_eq!(
+        app.state.sale.forget_expired_pay_answers().await.unwrap(),
+        2
     );
 }
 
