@@ -10,7 +10,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::FromRequestParts;
-use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -262,6 +262,18 @@ impl<T: Serialize> IntoResponse for AppJson<T> {
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct AppPath<T>(pub T);
 
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        Self::invalid("invalid_query", rejection.body_text())
+    }
+}
+
+/// `axum::extract::Query` whose rejections use [`ApiError`]: a malformed or unknown parameter
+/// is a 422 `invalid_query`.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct AppQuery<T>(pub T);
+
 /// Too many password hashes under way: 503, since the server, not the client, is short.
 impl From<crate::auth::password::Busy> for ApiError {
     fn from(_: crate::auth::password::Busy) -> Self {
@@ -344,6 +356,13 @@ impl From<crate::sale::OrderError> for ApiError {
             OrderError::NotFound => Self::not_found("order_not_found", "no such order"),
             OrderError::AlreadyPaid => Self::conflict("already_paid", "the order is already paid"),
             OrderError::Cancelled => Self::conflict("order_cancelled", "the order was cancelled"),
+            OrderError::NotPaid => Self::conflict(
+                "not_paid",
+                "the order is not paid: there is nothing to refund",
+            ),
+            OrderError::AlreadyRefunded => {
+                Self::conflict("already_refunded", "the order is already refunded")
+            }
             OrderError::WindowClosed => Self::conflict(
                 "payment_window_closed",
                 "the payment window has closed; the order is cancelled",

@@ -8,36 +8,54 @@
   if (!root || typeof EventSource === 'undefined') return;
   const SVG = 'http://www.w3.org/2000/svg';
   const WINDOW = 60; // seconds of buys/s in the sparkline
-  const rates = [];
+  const accepted = [];
+  const refused = [];
   let last = null;
 
   const $ = (id) => document.getElementById(id);
   const status = $('dash-status');
 
-  function cell(row, text) {
+  // A cell is a value, or [value, class] for a value to highlight.
+  function cell(row, value) {
     const td = document.createElement('td');
+    const [text, cls] = Array.isArray(value) ? value : [value, ''];
     td.textContent = String(text);
+    if (cls) td.className = cls;
     row.appendChild(td);
   }
 
-  function fill(tbody, rows) {
+  function fill(tbody, rows, empty) {
     const next = document.createDocumentFragment();
     rows.forEach((values) => {
       const tr = document.createElement('tr');
       values.forEach((v) => cell(tr, v));
       next.appendChild(tr);
     });
+    if (rows.length === 0 && empty) {
+      const tr = document.createElement('tr');
+      const td = document.createElement('td');
+      td.colSpan = tbody.closest('table').querySelectorAll('th').length;
+      td.textContent = empty;
+      tr.appendChild(td);
+      next.appendChild(tr);
+    }
     tbody.replaceChildren(next);
   }
 
+  function push(series, value) {
+    series.push(value);
+    if (series.length > WINDOW) series.shift();
+  }
+
   function drawSpark() {
-    const line = $('dash-spark').querySelector('polyline');
-    const top = Math.max(1, ...rates);
+    const top = Math.max(1, ...accepted, ...refused);
     const step = 300 / (WINDOW - 1);
-    const offset = WINDOW - rates.length;
-    const points = rates.map((r, i) =>
-      ((offset + i) * step).toFixed(1) + ',' + (60 - (r / top) * 58 - 1).toFixed(1));
-    line.setAttribute('points', points.join(' '));
+    [['.dash-line-accepted', accepted], ['.dash-line-refused', refused]].forEach(([sel, rates]) => {
+      const offset = WINDOW - rates.length;
+      const points = rates.map((r, i) =>
+        ((offset + i) * step).toFixed(1) + ',' + (60 - (r / top) * 58 - 1).toFixed(1));
+      $('dash-spark').querySelector(sel).setAttribute('points', points.join(' '));
+    });
   }
 
   function drawBars(products) {
@@ -64,20 +82,52 @@
     svg.replaceChildren(next);
   }
 
+  // Buys per second of each outcome since the last snapshot (none for the first). A server
+  // that stopped takes its counts with it: a count that went down is no buy.
+  function rates(snapshot) {
+    if (!last || snapshot.at <= last.at) return null;
+    const seconds = (snapshot.at - last.at) / 1000;
+    const per = {};
+    snapshot.buys.forEach(([outcome, count]) => {
+      per[outcome] = Math.max(0, count - (last.counts[outcome] || 0)) / seconds;
+    });
+    return per;
+  }
+
   function show(snapshot) {
-    const accepted = (snapshot.buys.find((b) => b[0] === 'accepted') || [0, 0])[1];
-    if (last && snapshot.at > last.at) {
-      const rate = Math.max(0, accepted - last.accepted) / ((snapshot.at - last.at) / 1000);
-      rates.push(rate);
-      if (rates.length > WINDOW) rates.shift();
-      $('dash-rate').textContent = rate.toFixed(1);
+    const per = rates(snapshot);
+    if (per) {
+      const acceptedRate = per.accepted || 0;
+      const refusedRate = Object.keys(per)
+        // A retry answered with its first order is neither accepted again nor refused.
+        .filter((o) => o !== 'accepted' && o !== 'replayed')
+        .reduce((sum, o) => sum + per[o], 0);
+      push(accepted, acceptedRate);
+      push(refused, refusedRate);
+      $('dash-rate').textContent = acceptedRate.toFixed(1);
+      $('dash-refused-rate').textContent = refusedRate.toFixed(1);
       drawSpark();
     }
-    last = { at: snapshot.at, accepted: accepted };
-    fill($('dash-buys'), snapshot.buys);
-    fill($('dash-products'), snapshot.products.map((p) =>
-      [p.name, p.sold, p.remaining, p.in_flight, p.paid, p.stock_total]));
+    const counts = {};
+    snapshot.buys.forEach(([outcome, count]) => { counts[outcome] = count; });
+    last = { at: snapshot.at, counts: counts };
+    $('dash-buys-from').textContent = snapshot.buys_from === 'all_servers'
+      ? 'all servers (' + snapshot.servers + ')'
+      : 'this server';
+    fill($('dash-buys'), snapshot.buys.map(([outcome, count]) =>
+      [outcome, count, per ? per[outcome].toFixed(1) : '–']));
+    const off = (n) => [n, n !== 0 ? 'dash-off' : ''];
+    fill($('dash-products'), snapshot.products.map((p) => [
+      p.name, p.sold, p.remaining, p.in_flight, p.paid, p.stock_total, p.outbox, off(p.dead),
+      p.drift === null ? '–' : off(p.drift),
+    ]), 'No live or upcoming sales.');
     drawBars(snapshot.products);
+    if (snapshot.queues === null) {
+      fill($('dash-queues'), [], 'The queues could not be read.');
+    } else {
+      fill($('dash-queues'), snapshot.queues.map((q) => [q.name, q.messages]),
+        'No message queues in this deployment.');
+    }
   }
 
   const source = new EventSource(root.dataset.stream);
@@ -88,6 +138,9 @@
     } catch (err) {
       status.textContent = 'Could not read an update.';
     }
+  });
+  source.addEventListener('unavailable', () => {
+    status.textContent = 'The sale could not be read; trying again.';
   });
   source.addEventListener('error', () => { status.textContent = 'Reconnecting…'; });
 }());

@@ -8,14 +8,16 @@ use crate::gate::redis::outbox::Outbox;
 use crate::lease;
 use crate::pipeline::amqp::Topology;
 use crate::pipeline::amqp::consumers::{CancelOverdue, Consume, StoreOrders};
+use crate::pipeline::amqp::depths::QueueDepths;
 use crate::pipeline::amqp::payments::{AmqpPayments, ApplyPayments};
 use crate::pipeline::amqp::publisher::Publisher;
 use crate::pipeline::amqp::relay::Relay;
 use crate::pipeline::drain::{Drain, Sink, StoreSink};
+use crate::pipeline::fleet::ClusterFleet;
 use crate::pipeline::leader::Leadership;
 use crate::pipeline::worker::Worker;
 use crate::redis_link::RedisLink;
-use crate::sale::{PaymentQueue, SaleService};
+use crate::sale::{Fleet, PaymentQueue, SaleService};
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,6 +84,20 @@ impl Cluster {
             let publisher = Publisher::new(&amqp.url, amqp.topology.clone());
             Arc::new(AmqpPayments(publisher)) as Arc<dyn PaymentQueue>
         })
+    }
+
+    /// The servers sharing this Redis and prefix, and RabbitMQ's queues, for the dashboard.
+    pub(super) fn fleet(&self) -> Arc<dyn Fleet> {
+        let queues = self
+            .amqp
+            .as_ref()
+            .map(|amqp| QueueDepths::new(&amqp.url, amqp.topology.clone()));
+        Arc::new(ClusterFleet::new(
+            self.redis.clone(),
+            &self.prefix,
+            self.node_id,
+            queues,
+        ))
     }
 
     /// One scheduler among the processes sharing this Redis and prefix.

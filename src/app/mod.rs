@@ -118,6 +118,7 @@ impl Mode {
                 durability: Arc::new(commit.clone()),
                 payments: None,
                 provider,
+                fleet: None,
                 ids,
                 clock,
             },
@@ -127,6 +128,7 @@ impl Mode {
                 durability: Arc::new(Outboxed),
                 payments: cluster.payment_queue(),
                 provider,
+                fleet: Some(cluster.fleet()),
                 ids,
                 clock,
             },
@@ -249,12 +251,15 @@ impl App {
         };
         let limits = Arc::new(RateLimits::new(&config.rate_limit));
         let revoked = Arc::new(RevokedSessions::default());
-        let tasks = vec![
+        let mut tasks = vec![
             spawn_forget_idle(limits.clone()),
             sessions::spawn_sync(store.clone(), revoked.clone(), clock.clone())
                 .await
                 .context("reading the ended sessions")?,
         ];
+        if let Mode::Cluster(_) = core.mode {
+            tasks.push(spawn_share_buys(core.sale.clone()));
+        }
         let state = AppState {
             sale: core.sale.clone(),
             images: Arc::new(Images::new(store.clone(), config.max_image_bytes)),
@@ -271,6 +276,7 @@ impl App {
             passwords: Arc::new(crate::auth::password::Hasher::per_core()?),
             limits,
             secure_cookies: config.secure_cookies,
+            site: crate::http::origin::Site::new(config.public_url.as_deref()),
             client_ip_header: config
                 .client_ip_header
                 .as_deref()
@@ -328,6 +334,21 @@ impl App {
         }
         Ok(())
     }
+}
+
+/// Shares this server's buy counts with the cluster's other servers every second, so the
+/// dashboard of each shows the buys of all.
+fn spawn_share_buys(sale: Arc<SaleService>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_secs(1));
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if let Err(e) = sale.share_buys().await {
+                tracing::warn!(error = %e, "sharing the buy counts");
+            }
+        }
+    })
 }
 
 fn spawn_forget_idle(limits: Arc<RateLimits>) -> JoinHandle<()> {

@@ -1,7 +1,8 @@
 //! Orders and their one-way state machine: awaiting payment → paid, or awaiting payment →
-//! cancelled, and cancelled → refunded when money arrives for a cancelled order. Nothing leaves
-//! paid or refunded, which is what lets every change be a conditional update on the current
-//! status.
+//! cancelled; cancelled → refunded when money arrives for a cancelled order; and paid →
+//! cancelled → refunded when an operator gives the money back. Nothing leaves refunded, and
+//! nothing returns to awaiting payment or paid, which is what lets every change be a
+//! conditional update on the current status.
 
 use super::{IdempotencyKey, Millis, Money, ProductId, Quantity, UserId};
 use serde::{Serialize, Serializer};
@@ -32,13 +33,26 @@ pub enum OrderStatus {
     AwaitingPayment,
     Paid,
     Cancelled,
-    /// Cancelled, then paid after all, and the money sent back: the stock went back on sale at
-    /// the cancel, once. Stored as `cancelled` with a refund time, so every rule that counts
-    /// cancelled orders counts these too.
+    /// Cancelled and the money sent back: paid after its cancel, or paid and then refunded by
+    /// an operator. The stock went back on sale at the cancel, once. Stored as `cancelled`
+    /// with a refund time, so every rule that counts cancelled orders counts these too.
     Refunded,
 }
 
 impl OrderStatus {
+    /// Every status, in the order of an order's life.
+    pub const ALL: [Self; 4] = [
+        Self::AwaitingPayment,
+        Self::Paid,
+        Self::Cancelled,
+        Self::Refunded,
+    ];
+
+    /// The status an operator or a client names (its [`as_str`](Self::as_str) spelling).
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == name)
+    }
+
     /// The spelling used in the database, the API and the pages.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -209,6 +223,15 @@ mod tests {
             ..order()
         };
         assert_eq!(Order::decode(keyed.encode().as_bytes()).unwrap(), keyed);
+    }
+
+    #[test]
+    fn every_status_is_named_by_its_spelling_but_the_database_never_spells_refunded() {
+        for status in OrderStatus::ALL {
+            assert_eq!(OrderStatus::named(status.as_str()), Some(status));
+        }
+        assert_eq!(OrderStatus::named("Paid"), None);
+        assert_eq!(OrderStatus::parse("refunded"), None);
     }
 
     #[test]

@@ -49,8 +49,18 @@ pub struct GateAudit {
     pub remaining: i64,
     /// Units of the orders in the outbox: sold, not in the database yet.
     pub in_flight_units: i64,
+    /// Orders in the outbox, the outbox's depth.
+    pub in_flight_orders: u64,
     /// Outbox entries no worker could store, set aside for an operator.
     pub dead: u64,
+}
+
+impl GateAudit {
+    /// The database's stock minus what the gate accounts for. Positive: the gate lost units
+    /// and undersells. Negative: the gate would sell units the database does not have.
+    pub fn drift(&self, database_stock: i64) -> i64 {
+        database_stock - self.remaining - self.in_flight_units
+    }
 }
 
 /// Why the gate turned a buy away. Each maps to one API error.
@@ -137,6 +147,7 @@ pub trait StockGate: Send + Sync + 'static {
         Ok(self.remaining(id).await?.map(|remaining| GateAudit {
             remaining,
             in_flight_units: 0,
+            in_flight_orders: 0,
             dead: 0,
         }))
     }

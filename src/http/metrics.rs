@@ -1,12 +1,13 @@
 //! `GET /metrics`: what the process measured, in Prometheus text format, for the admin token
 //! only (the numbers tell an outsider how a sale goes). The figures themselves are recorded
 //! where things happen, with the `metrics` macros; this file installs the one recorder of the
-//! process, renders it, and measures every routed request.
+//! process, renders it, and measures every routed request. The gauges of the dashboard's
+//! reading (outbox and queue depths, drift) are brought up to date by the scrape itself.
 
 use super::AppState;
 use crate::http::extract::AdminAuth;
 use axum::Router;
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -72,8 +73,19 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(render))
 }
 
-/// The Prometheus text exposition of everything recorded so far.
-async fn render(_: AdminAuth) -> Response {
+/// How long a scrape waits for the dashboard's reading before it answers with the gauges as
+/// they are.
+const READING_WAIT: Duration = Duration::from_secs(2);
+
+/// The Prometheus text exposition of everything recorded so far, after the sale's latest
+/// reading (at most a second old: scrapes and dashboards share one a second) has set its
+/// gauges. A process nobody scrapes or watches does not read them at all.
+async fn render(State(state): State<AppState>, _: AdminAuth) -> Response {
+    match tokio::time::timeout(READING_WAIT, state.sale.overview()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "reading the sale for /metrics"),
+        Err(_) => tracing::warn!("reading the sale for /metrics took too long"),
+    }
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], handle().render()).into_response()
 }

@@ -10,6 +10,7 @@ pub mod extract;
 pub mod images;
 pub mod metrics;
 pub mod openapi;
+pub mod origin;
 pub mod pages;
 pub mod pay;
 pub mod rate_limit;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub secure_cookies: bool,
     /// The header a trusted reverse proxy puts the client address in, if any.
     pub client_ip_header: Option<axum::http::HeaderName>,
+    /// This site as its public URL names it, for the same-origin check of cookie requests.
+    pub site: origin::Site,
 }
 
 impl FromRef<AppState> for Arc<AuthKeys> {

@@ -3,7 +3,7 @@
 //! rendered from that same document at `/api/docs`. Both are built once, when the router is.
 
 use super::AppState;
-use super::api::{admin, catalog, images, orders, sessions};
+use super::api::{admin, admin_orders, catalog, images, orders, sessions};
 use askama::Template;
 use axum::Router;
 use axum::body::Bytes;
@@ -48,6 +48,9 @@ use utoipa::{Modify, OpenApi};
         admin::end_product,
         admin::end_event,
         images::upload,
+        admin_orders::search_orders,
+        admin_orders::show_order,
+        admin_orders::refund_order,
     ),
     modifiers(&SecuritySchemes),
     tags(

@@ -1,10 +1,10 @@
 //! Every route in one place.
 
-use super::{AppState, admin, api, assets, images, metrics, openapi, pages, pay};
+use super::{AppState, admin, api, assets, images, metrics, openapi, origin, pages, pay};
 use crate::error::{ApiError, AppJson};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
@@ -28,6 +28,7 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(api::orders::router())
         .merge(api::admin::router())
         .merge(api::images::router(max_image_bytes))
+        .merge(api::admin_orders::router())
         .merge(admin::router(max_image_bytes))
         .merge(images::router())
         .merge(pages::router())
@@ -36,6 +37,10 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .merge(metrics::router())
         .route("/static/{*path}", get(assets::serve))
         .route("/healthz", get(healthz))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.site.clone(),
+            origin::same_origin,
+        ))
         // Inside the routes, where the matched route is known: measures the routes above.
         .route_layer(axum::middleware::from_fn(metrics::track))
         .fallback(no_route)
@@ -52,7 +57,19 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         .layer(SetResponseHeaderLayer::if_not_present(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(
-                "default-src 'self'; img-src 'self' data: https:; frame-ancestors 'none'",
+                "default-src 'self'; img-src 'self' data: https:; frame-ancestors 'none'; \
+                 form-action 'self'; base-uri 'none'; object-src 'none'",
+            ),
+        ))
+        // Links to other sites (the payment provider) learn nothing of the page's path.
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("strict-origin-when-cross-origin"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            HeaderName::from_static("permissions-policy"),
+            HeaderValue::from_static(
+                "camera=(), microphone=(), geolocation=(), payment=(), usb=(), interest-cohort=()",
             ),
         ))
         .layer(SetResponseHeaderLayer::if_not_present(

@@ -1,9 +1,11 @@
 //! Getting accepted orders into the database, and unpaid ones out of the way: group commit for
 //! embedded mode; the outbox drain, the RabbitMQ relay and consumers for cluster mode; the
-//! scheduler's leader lock and the loop that preheats sales and cancels overdue orders.
+//! scheduler's leader lock and the loop that preheats sales and cancels overdue orders; the
+//! servers' shared buy counts and the queues' depths, for the dashboard.
 
 pub mod amqp;
 pub mod drain;
+pub mod fleet;
 pub mod group_commit;
 pub mod leader;
 pub mod ticker;

@@ -7,18 +7,24 @@ mod buy;
 mod catalog;
 mod controls;
 mod durability;
+mod fleet;
 mod idempotency;
 mod orders;
+mod overview;
 mod payments;
 mod reconcile;
+mod refunds;
 
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::{BuyCounts, BuyError};
 pub use controls::Controlled;
 pub use durability::Durability;
+pub use fleet::{Fleet, SharedBuys};
 pub use orders::{OrderError, PaymentQueue, QueuedPayment};
+pub use overview::{BuysFrom, Overview, ProductOverview, QueueDepth};
 pub use payments::{PayLink, Settled};
 pub use reconcile::ProductAudit;
+pub use refunds::{OrderRecord, Refund};
 
 use crate::clock::SharedClock;
 use crate::domain::{IdempotencyKey, Millis, OrderId, Product, ProductId, SaleWindow, UserId};
@@ -51,6 +57,8 @@ pub struct SaleParts {
     pub payments: Option<Arc<dyn PaymentQueue>>,
     /// Who takes the money; without one, paying is refused (`payments_not_configured`).
     pub provider: Option<Arc<dyn PaymentProvider>>,
+    /// The cluster's other servers and its queues, for the dashboard; none for a process alone.
+    pub fleet: Option<Arc<dyn Fleet>>,
     pub ids: Snowflake,
     pub clock: SharedClock,
 }
@@ -75,6 +83,9 @@ pub struct SaleService {
     tally: buy::BuyTally,
     /// Keyed buys on their way, which retries answered with their orders wait for.
     in_flight: idempotency::InFlight,
+    fleet: Option<Arc<dyn Fleet>>,
+    /// The dashboard's latest reading.
+    readings: overview::Readings,
 }
 
 impl SaleService {
@@ -94,6 +105,8 @@ impl SaleService {
             provider: parts.provider,
             tally: buy::BuyTally::default(),
             in_flight: idempotency::InFlight::default(),
+            fleet: parts.fleet,
+            readings: overview::Readings::default(),
         });
         service.refresh_catalog().await?;
         service.preheat_due().await?;
@@ -140,7 +153,7 @@ impl SaleService {
 
     /// [`units_in_flight`](Self::units_in_flight) for one product as the database last showed
     /// it: zero when the gate does not hold it.
-    pub async fn units_in_flight_of(&self, product: &Product) -> anyhow::Result<i64> {
+    async fn units_in_flight_of(&self, product: &Product) -> anyhow::Result<i64> {
         Ok(match self.gate.remaining(product.id).await? {
             Some(left) => product.stock - left,
             None => 0,

@@ -21,6 +21,11 @@ pub enum OrderError {
     Cancelled,
     #[error("the payment window has closed")]
     WindowClosed,
+    /// A refund of an order no money arrived for (awaiting payment, or cancelled unpaid).
+    #[error("the order is not paid: there is nothing to refund")]
+    NotPaid,
+    #[error("the order is already refunded")]
+    AlreadyRefunded,
     /// Not in the database, but its id was made moments ago (cluster mode): it may still be on
     /// its way from the outbox.
     #[error("the order is still being recorded; try again in a moment")]

@@ -35,7 +35,7 @@ const REFUNDS_AT_ONCE: i64 = 100;
 
 impl SaleService {
     /// The provider, or why there is none: a server without one never takes payments for free.
-    fn provider(&self) -> Result<&dyn PaymentProvider, OrderError> {
+    pub(super) fn provider(&self) -> Result<&dyn PaymentProvider, OrderError> {
         self.provider.as_deref().ok_or(OrderError::NotConfigured)
     }
 
@@ -173,7 +173,7 @@ impl SaleService {
         match order.status {
             OrderStatus::Paid => return Ok(Settled::Paid(order)),
             OrderStatus::Refunded => return Ok(Settled::Refunded(order)),
-            OrderStatus::Cancelled => return self.refund(order).await,
+            OrderStatus::Cancelled => return self.refund(order).await.map(Settled::Refunded),
             OrderStatus::AwaitingPayment => {}
         }
         if self.store.mark_paid(id, at).await? {
@@ -188,7 +188,7 @@ impl SaleService {
         match order.status {
             OrderStatus::Paid => Ok(Settled::Paid(order)),
             OrderStatus::Refunded => Ok(Settled::Refunded(order)),
-            OrderStatus::Cancelled => self.refund(order).await,
+            OrderStatus::Cancelled => self.refund(order).await.map(Settled::Refunded),
             OrderStatus::AwaitingPayment => {
                 let order = match self.cancel_now(id).await? {
                     Some(cancelled) => cancelled,
@@ -202,21 +202,22 @@ impl SaleService {
     /// Sends the money for a cancelled order back (the order's stock went back on sale at its
     /// cancel, once) and marks the order refunded. The provider refunds one order once
     /// however often it is asked, so a retry after a failure is safe.
-    async fn refund(&self, order: Order) -> Result<Settled, OrderError> {
+    pub(super) async fn refund(&self, order: Order) -> Result<Order, OrderError> {
         self.provider()?
             .refund(order.id, order.total)
             .await
             .map_err(|e| OrderError::Unavailable(e.into()))?;
         self.store.mark_refunded(order.id, self.now()).await?;
-        tracing::info!(order = order.id.0, "paid after its cancel: refunded");
-        Ok(Settled::Refunded(Order {
+        tracing::info!(order = order.id.0, "money sent back: refunded");
+        Ok(Order {
             status: OrderStatus::Refunded,
             ..order
-        }))
+        })
     }
 
-    /// Makes the refunds still due (a refund that failed when its notification came). Run by
-    /// the ticker; returns how many it made.
+    /// Makes the refunds still due (a refund that failed when its notification came, or an
+    /// operator's the provider could not take at once). Run by the ticker; returns how many it
+    /// made.
     pub async fn retry_refunds(&self) -> Result<usize, OrderError> {
         if self.provider.is_none() {
             return Ok(0);

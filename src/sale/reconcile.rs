@@ -29,12 +29,9 @@ impl ProductAudit {
         self.product.stock_total - self.product.stock - self.sold
     }
 
-    /// Database stock minus what the gate accounts for. Positive: the gate lost units and
-    /// undersells. Negative: the gate would sell units the database does not have.
+    /// Database stock minus what the gate accounts for (see [`GateAudit::drift`]).
     pub fn gate_drift(&self) -> i64 {
-        self.gate.map_or(0, |gate| {
-            self.product.stock - gate.remaining - gate.in_flight_units
-        })
+        self.gate.map_or(0, |gate| gate.drift(self.product.stock))
     }
 
     /// Both ledgers balance and nothing was set aside.

@@ -16,8 +16,8 @@ pub mod sql;
 pub mod sqlite;
 
 use crate::domain::{
-    IdempotencyKey, Image, ImageId, Millis, Money, Order, OrderId, Product, ProductId, SaleEvent,
-    SaleWindow, UserId, Username,
+    IdempotencyKey, Image, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product, ProductId,
+    SaleEvent, SaleWindow, UserId, Username,
 };
 use async_trait::async_trait;
 use sql::Dialect;
@@ -109,6 +109,19 @@ pub struct Overdue {
     /// A pay URL was made for it: the buyer may have paid, so the provider is asked before the
     /// order is cancelled.
     pub pay_started: bool,
+}
+
+/// The orders an operator looks for: every filter is optional. Newest first by id, which a
+/// Snowflake id allows: it begins with the millisecond the order was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderSearch {
+    pub user: Option<UserId>,
+    pub product: Option<ProductId>,
+    pub status: Option<OrderStatus>,
+    /// Only orders with a smaller id: the next page after one that ended with this order.
+    pub before: Option<OrderId>,
+    /// At most this many.
+    pub limit: i64,
 }
 
 /// A payment provider's word that was accepted (verified, and matching its order), kept for
@@ -258,12 +271,18 @@ pub trait Store: Send + Sync + 'static {
     async fn order(&self, id: OrderId) -> StoreResult<Option<Order>>;
     /// A user's orders, newest first.
     async fn orders_of_user(&self, user: UserId) -> StoreResult<Vec<Order>>;
+    /// The orders an operator looks for, newest first.
+    async fn search_orders(&self, search: &OrderSearch) -> StoreResult<Vec<Order>>;
     /// awaiting_payment → paid, if the order awaits payment and its window is open at `now`.
     /// True when this call paid it.
     async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool>;
     /// awaiting_payment → cancelled, returning the stock to the product in the same
     /// transaction. The order when this call cancelled it, `None` otherwise.
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>>;
+    /// paid → cancelled, for an operator's refund, returning the stock to the product in the
+    /// same transaction; the money is then due back (see [`Store::refunds_due`]). The order
+    /// when this call cancelled it, `None` otherwise.
+    async fn cancel_paid_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>>;
     /// Orders awaiting payment whose window closed before `now`, oldest deadline first.
     async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<Overdue>>;
     /// Notes that a pay URL was made for an order awaiting payment (the first time counts).

@@ -1,13 +1,25 @@
 //! The operator's console over HTTP, as a browser uses it: signing in with the admin token,
 //! CSRF tokens on every form, creating a product and adding stock, the audit log, signing out,
-//! and the live dashboard with its stream.
+//! and the live dashboard with its stream: units in flight and the outbox while no worker
+//! stores them, the queues, the gate's drift from the database, every server's buys.
 
+use crate::backend::TestDatabase;
 use crate::helpers::{ADMIN_TOKEN, TestApp, client_builder, rfc3339};
+use crate::shared_gate::{fresh_prefix, local_amqp, server_on_with};
 use reqwest::{Client, StatusCode};
+use std::sync::Arc;
 
-/// A browser: keeps cookies and follows redirects.
-pub fn browser() -> Client {
-    client_builder().cookie_store(true).build().unwrap()
+/// A browser on `app`'s pages: keeps cookies, follows redirects, and says where its requests
+/// come from, as a browser does (`Origin`).
+pub fn browser(app: &TestApp) -> Client {
+    browser_builder(app).build().unwrap()
+}
+
+/// The builder of [`browser`], to change more.
+pub fn browser_builder(app: &TestApp) -> reqwest::ClientBuilder {
+    let mut origin = reqwest::header::HeaderMap::new();
+    origin.insert("origin", app.base.parse().unwrap());
+    client_builder().cookie_store(true).default_headers(origin)
 }
 
 /// The CSRF token of the first form on a page.
@@ -40,7 +52,7 @@ pub async fn sign_in(app: &TestApp, browser: &Client, token: &str) -> reqwest::R
 async fn a_wrong_token_is_refused_and_the_console_stays_closed() {
     let app = TestApp::spawn().await;
     app.live_product(5, 1).await;
-    let browser = browser();
+    let browser = browser(&app);
     let refused = sign_in(&app, &browser, "not-the-admin-token").await;
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     assert!(
@@ -62,7 +74,7 @@ async fn a_wrong_token_is_refused_and_the_console_stays_closed() {
 #[tokio::test]
 async fn the_console_changes_the_catalog_under_csrf_and_keeps_an_audit_log() {
     let app = TestApp::spawn().await;
-    let browser = browser();
+    let browser = browser(&app);
     let existing = app.live_product(5, 1).await;
 
     let listed = sign_in(&app, &browser, ADMIN_TOKEN).await;
@@ -169,7 +181,7 @@ async fn the_console_finds_an_order_by_its_id_and_by_its_buyer() {
     assert_eq!(status, StatusCode::ACCEPTED, "{placed}");
     let order = placed["order_id"].as_str().unwrap().to_owned();
     app.settle().await;
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
 
     let find = |query: String| {
@@ -248,7 +260,7 @@ async fn the_admin_api_lists_events_products_and_the_audit_log_for_the_admin_onl
 async fn the_console_changes_a_product_and_explains_a_refused_change() {
     let app = TestApp::spawn().await;
     let product = app.live_product(5, 1).await;
-    let browser = browser();
+    let browser = browser(&app);
     let page = sign_in(&app, &browser, ADMIN_TOKEN)
         .await
         .text()
@@ -312,34 +324,108 @@ async fn the_console_changes_a_product_and_explains_a_refused_change() {
     );
 }
 
-/// The `data:` lines, as JSON, of the first `n` events of a server-sent event stream, waiting
-/// at most 10 s.
-async fn events(mut stream: reqwest::Response, n: usize) -> Vec<serde_json::Value> {
-    let read = async {
-        let mut text = String::new();
-        while let Some(chunk) = stream.chunk().await.unwrap() {
-            text.push_str(std::str::from_utf8(&chunk).unwrap());
-            let whole = text.rsplit_once("\n\n").map_or("", |(whole, _)| whole);
-            let data: Vec<serde_json::Value> = whole
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(|d| serde_json::from_str(d.trim()).unwrap())
-                .collect();
-            if data.len() >= n {
-                return data;
-            }
+/// The events of a dashboard stream, read as they come.
+struct Events {
+    stream: reqwest::Response,
+    /// Text received and not yet read as whole events.
+    pending: String,
+}
+
+impl Events {
+    /// Opens the dashboard's stream as `browser` (signed in).
+    async fn open(app: &TestApp, browser: &Client) -> Self {
+        let stream = browser
+            .get(app.url("/admin/dashboard/stream"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stream.status(), StatusCode::OK);
+        Self {
+            stream,
+            pending: String::new(),
         }
-        panic!("the stream ended before {n} events: {text}");
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), read)
-        .await
-        .expect("the events within 10 s")
+    }
+
+    /// The next event's `data:` as JSON.
+    async fn next(&mut self) -> serde_json::Value {
+        loop {
+            if let Some((event, rest)) = self.pending.split_once("\n\n") {
+                let data = event.lines().find_map(|l| l.strip_prefix("data:"));
+                let data = data.map(|d| serde_json::from_str(d.trim()).unwrap());
+                self.pending = rest.to_owned();
+                match data {
+                    Some(data) => return data,
+                    None => continue,
+                }
+            }
+            let chunk = self.stream.chunk().await.unwrap();
+            let chunk = chunk.unwrap_or_else(|| panic!("the stream ended: {}", self.pending));
+            self.pending.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// The first `n` events, within 10 s.
+    async fn take(&mut self, n: usize) -> Vec<serde_json::Value> {
+        let read = async {
+            let mut events = Vec::with_capacity(n);
+            while events.len() < n {
+                events.push(self.next().await);
+            }
+            events
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the events within 10 s")
+    }
+
+    /// The first event `wanted` accepts, within 15 s (the last one seen in the panic).
+    async fn until(&mut self, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let mut last = serde_json::Value::Null;
+        let read = async {
+            loop {
+                last = self.next().await;
+                if wanted(&last) {
+                    return last.clone();
+                }
+            }
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(15), read).await {
+            Ok(event) => event,
+            Err(_) => panic!("no such event within 15 s; the last: {last}"),
+        }
+    }
+}
+
+/// A product's line in a dashboard event (`Null` when it is not there).
+fn line(event: &serde_json::Value, product: i64) -> serde_json::Value {
+    event["products"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == product)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The count of an outcome among a dashboard event's buys.
+fn buys(event: &serde_json::Value, outcome: &str) -> Option<serde_json::Value> {
+    event["buys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b[0] == outcome)
+        .map(|b| b[1].clone())
+}
+
+/// Whether this run puts the gate in Redis.
+fn clustered() -> bool {
+    std::env::var("SECKILL_TEST_REDIS").is_ok_and(|v| v == "1")
 }
 
 #[tokio::test]
 async fn the_dashboard_needs_a_session() {
     let app = TestApp::spawn().await;
-    let browser = browser();
+    let browser = browser(&app);
     let page = browser
         .get(app.url("/admin/dashboard"))
         .send()
@@ -379,7 +465,7 @@ async fn the_dashboard_stream_counts_sold_and_refused_buys() {
     let (status, _) = app.buy(&buyers[0], product, 1).await;
     assert_ne!(status, StatusCode::ACCEPTED);
 
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
     let page = browser
         .get(app.url("/admin/dashboard"))
@@ -394,42 +480,35 @@ async fn the_dashboard_stream_counts_sold_and_refused_buys() {
     );
     assert!(html.contains(r#"src="/static/admin.js""#));
 
-    let stream = browser
-        .get(app.url("/admin/dashboard/stream"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status(), StatusCode::OK);
+    let mut events = Events::open(&app, &browser).await;
     assert!(
-        stream.headers()["content-type"]
+        events.stream.headers()["content-type"]
             .to_str()
             .unwrap()
             .starts_with("text/event-stream")
     );
     // Three events span two of the server's parking ticks: an open stream is never parked.
-    let mut received = events(stream, 3).await;
+    let received = events.take(3).await;
     assert!(received[2]["at"].as_i64() > received[0]["at"].as_i64());
-    let event = received.swap_remove(0);
-    let line = event["products"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["id"] == product)
-        .unwrap_or_else(|| panic!("product {product} on the dashboard: {event}"));
+    let event = &received[0];
+    let line = line(event, product);
     assert_eq!(line["sold"], 2, "{line}");
     assert_eq!(line["remaining"], 3, "{line}");
     assert_eq!(line["in_flight"], 0, "{line}");
+    assert_eq!(line["outbox"], 0, "{line}");
+    assert_eq!(line["dead"], 0, "{line}");
+    assert_eq!(line["drift"], 0, "{line}");
     assert_eq!(line["paid"], 1, "{line}");
-    let count = |outcome: &str| {
-        event["buys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b[0] == outcome)
-            .map(|b| b[1].clone())
+    assert_eq!(buys(event, "accepted"), Some(2.into()), "{event}");
+    assert_eq!(buys(event, "limit_reached"), Some(1.into()), "{event}");
+    let (from, queues) = match (clustered(), crate::backend::amqp().is_some()) {
+        (false, _) => ("this_server", 0),
+        (true, false) => ("all_servers", 0),
+        (true, true) => ("all_servers", 6),
     };
-    assert_eq!(count("accepted"), Some(2.into()), "{event}");
-    assert_eq!(count("limit_reached"), Some(1.into()), "{event}");
+    assert_eq!(event["buys_from"], from, "{event}");
+    assert_eq!(event["servers"], 1, "{event}");
+    assert_eq!(event["queues"].as_array().unwrap().len(), queues, "{event}");
 
     let script = browser
         .get(app.url("/static/admin.js"))
@@ -437,6 +516,8 @@ async fn the_dashboard_stream_counts_sold_and_refused_buys() {
         .await
         .unwrap();
     assert_eq!(script.status(), StatusCode::OK);
+    // A graceful stop waits for open streams.
+    drop(events);
     app.stop().await;
 }
 
@@ -465,8 +546,7 @@ async fn the_console_pauses_resumes_and_ends_a_sale_and_ends_an_event() {
     );
     let buyers = app.users(2).await;
     // A browser that shows each redirect instead of following it.
-    let browser = client_builder()
-        .cookie_store(true)
+    let browser = browser_builder(&app)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
@@ -541,4 +621,155 @@ async fn the_console_pauses_resumes_and_ends_a_sale_and_ends_an_event() {
     assert!(at(format!("ended event {event}")) < at(format!("ended product {product}")));
     assert!(at(format!("ended product {product}")) < at(format!("resumed product {product}")));
     assert!(at(format!("resumed product {product}")) < at(format!("paused product {product}")));
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_orders_in_the_outbox_until_a_worker_stores_them() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let spawn = |worker| server_on_with(&db, &prefix, worker, Some(local_amqp(&prefix)), |_| {});
+    // No worker yet: accepted orders wait in the outbox.
+    let app = spawn(false).await;
+    let product = app.live_product(5, 2).await;
+    let tokens = app.users(2).await;
+    assert_eq!(
+        app.buy(&tokens[0], product, 2).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        app.buy(&tokens[1], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+
+    let browser = browser(&app);
+    sign_in(&app, &browser, ADMIN_TOKEN).await;
+    let page = browser
+        .get(app.url("/admin/dashboard"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("orders</td><td>0</td>"), "{page}");
+    let mut events = Events::open(&app, &browser).await;
+    let event = events.take(1).await.remove(0);
+    let waiting = line(&event, product);
+    assert_eq!(waiting["sold"], 3, "{waiting}");
+    assert_eq!(waiting["remaining"], 2, "{waiting}");
+    assert_eq!(waiting["in_flight"], 3, "{waiting}");
+    assert_eq!(waiting["outbox"], 2, "{waiting}");
+    assert_eq!(waiting["paid"], 0, "{waiting}");
+    // The units in flight are accounted for: the gate and the database balance.
+    assert_eq!(waiting["drift"], 0, "{waiting}");
+    let queue = |event: &serde_json::Value, name: &str| {
+        event["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"].as_str().unwrap().ends_with(name))
+            .map(|q| q["messages"].clone())
+    };
+    assert_eq!(queue(&event, "orders"), Some(0.into()), "{event}");
+
+    // A worker stores them; each stored order waits in the delay queue for its deadline.
+    let _worker = spawn(true).await;
+    let event = events
+        .until(|e| line(e, product)["outbox"] == 0 && line(e, product)["in_flight"] == 0)
+        .await;
+    let stored = line(&event, product);
+    assert_eq!(
+        (stored["sold"].clone(), stored["remaining"].clone()),
+        (3.into(), 2.into())
+    );
+    assert_eq!(stored["drift"], 0, "{stored}");
+    let event = events
+        .until(|e| queue(e, "deadline.wait.900000ms") == Some(2.into()))
+        .await;
+    assert_eq!(queue(&event, "orders"), Some(0.into()), "{event}");
+    assert_eq!(queue(&event, "dead"), Some(0.into()), "{event}");
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_a_drift_when_the_database_stock_changes_behind_the_gate() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(5, 1).await;
+    let buyers = app.users(2).await;
+    app.buy_each(&buyers, product).await;
+    let browser = browser(&app);
+    sign_in(&app, &browser, ADMIN_TOKEN).await;
+    let mut events = Events::open(&app, &browser).await;
+    for event in events.take(2).await {
+        assert_eq!(line(&event, product)["drift"], 0, "{event}");
+    }
+
+    // Two units leave the database's stock by hand: the gate would sell units the database
+    // does not have.
+    let pool = app.pool().await;
+    sqlx::query(
+        app.db
+            .sql("UPDATE products SET stock = stock - 2 WHERE id = ?"),
+    )
+    .bind(product)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let event = events.until(|e| line(e, product)["drift"] != 0).await;
+    let drifted = line(&event, product);
+    assert_eq!(drifted["drift"], -2, "{drifted}");
+    assert_eq!(drifted["remaining"], 3, "{drifted}");
+    let page = browser
+        .get(app.url("/admin/dashboard"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(r#"<td class="dash-off">-2</td>"#), "{page}");
+    drop(events);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_dashboard_of_one_server_counts_the_buys_of_every_server() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let first = server_on_with(&db, &prefix, true, None, |_| {}).await;
+    let product = first.live_product(5, 1).await;
+    let second = server_on_with(&db, &prefix, false, None, |_| {}).await;
+    let tokens = first.users(3).await;
+    for token in &tokens[..2] {
+        assert_eq!(first.buy(token, product, 1).await.0, StatusCode::ACCEPTED);
+    }
+    assert_eq!(
+        second.buy(&tokens[2], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+    let (status, body) = second.buy(&tokens[0], product, 1).await;
+    assert_eq!(
+        (status, crate::helpers::code(&body)),
+        (StatusCode::CONFLICT, "limit_reached")
+    );
+
+    let browser = browser(&first);
+    sign_in(&first, &browser, ADMIN_TOKEN).await;
+    let mut events = Events::open(&first, &browser).await;
+    let event = events
+        .until(|e| buys(e, "accepted") == Some(3.into()))
+        .await;
+    assert_eq!(buys(&event, "limit_reached"), Some(1.into()), "{event}");
+    assert_eq!(event["buys_from"], "all_servers", "{event}");
+    assert_eq!(event["servers"], 2, "{event}");
+    assert_eq!(line(&event, product)["sold"], 3, "{event}");
+    let page = browser
+        .get(first.url("/admin/dashboard"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("all servers (2)"), "{page}");
 }

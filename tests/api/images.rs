@@ -372,7 +372,7 @@ async fn the_console_sets_a_products_image_and_the_sale_page_shows_it() {
     let (status, created) = app.admin_post("/api/v1/admin/products", new_product).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let product = created["id"].as_i64().unwrap();
-    let browser = browser();
+    let browser = browser(&app);
     sign_in(&app, &browser, ADMIN_TOKEN).await;
     let page_url = app.url(&format!("/admin/products/{product}"));
     let page = browser

@@ -1,8 +1,13 @@
 //! `/metrics`: the Prometheus text, for the admin token only. Counters are shared by every test
-//! of the process, which run side by side, so a test checks the increases it caused at least.
+//! of the process, which run side by side, so a test checks the increases it caused at least;
+//! gauges labelled by product may be set by another test's product of the same id meanwhile,
+//! so a test scrapes until they show its own figures.
 
+use crate::backend::TestDatabase;
 use crate::helpers::{ADMIN_TOKEN, TestApp, code, status_and_json};
+use crate::shared_gate::{fresh_prefix, local_amqp, server_on_with};
 use reqwest::StatusCode;
+use std::sync::Arc;
 
 /// The value of the sample `name` whose labels include every one of `labels` (0 when there
 /// is none yet).
@@ -106,6 +111,14 @@ async fn metrics_count_the_buys_by_outcome_and_the_requests_by_route_and_status(
         assert!(after.contains("\nseckill_order_queue_depth "), "{after}");
     }
     assert!(sample(&after, "seckill_http_connections_open", &[]) >= 1.0);
+    // The scrape itself read the outbox and the gate's drift.
+    for gauge in [
+        "seckill_outbox_depth",
+        "seckill_outbox_dead",
+        "seckill_gate_drift",
+    ] {
+        assert!(after.contains(&format!("\n{gauge}{{product=")), "{after}");
+    }
     // The raw path never becomes a label: the route's pattern does.
     let shown = [("route", "/api/v1/products/{id}"), ("status", "200")];
     assert!(
@@ -178,4 +191,66 @@ async fn metrics_count_payments_by_result_and_deadline_cancels() {
         "{after}"
     );
     app.stop().await;
+}
+
+/// Scrapes `app` until `wanted` accepts the text, within 15 s.
+async fn scrape_until(app: &TestApp, wanted: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let text = scrape(app).await;
+        if wanted(&text) {
+            return text;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn metrics_gauge_the_outbox_and_the_queues() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let (amqp_url, names) = local_amqp(&prefix);
+    let spawn = |worker| {
+        let amqp = Some((amqp_url.clone(), names.clone()));
+        server_on_with(&db, &prefix, worker, amqp, |_| {})
+    };
+    // No worker yet: accepted orders wait in the outbox.
+    let app = spawn(false).await;
+    let product = app.live_product(5, 2).await;
+    let tokens = app.users(2).await;
+    assert_eq!(
+        app.buy(&tokens[0], product, 2).await.0,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        app.buy(&tokens[1], product, 1).await.0,
+        StatusCode::ACCEPTED
+    );
+    let id = product.to_string();
+    let labels = [("product", id.as_str())];
+    let orders = format!("{names}orders");
+    let waiting = format!("{names}deadline.wait.900000ms");
+
+    let text = scrape_until(&app, |t| sample(t, "seckill_outbox_depth", &labels) == 2.0).await;
+    assert_eq!(sample(&text, "seckill_gate_drift", &labels), 0.0, "{text}");
+    assert_eq!(sample(&text, "seckill_outbox_dead", &labels), 0.0, "{text}");
+    assert!(
+        text.contains(&format!("seckill_queue_depth{{queue=\"{orders}\"}} 0")),
+        "{text}"
+    );
+
+    // A worker stores them; each stored order waits in the delay queue for its deadline.
+    let _worker = spawn(true).await;
+    let text = scrape_until(&app, |t| {
+        sample(t, "seckill_outbox_depth", &labels) == 0.0
+            && sample(t, "seckill_queue_depth", &[("queue", &waiting)]) == 2.0
+    })
+    .await;
+    assert_eq!(
+        sample(&text, "seckill_queue_depth", &[("queue", &orders)]),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(sample(&text, "seckill_gate_drift", &labels), 0.0, "{text}");
 }

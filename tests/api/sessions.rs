@@ -54,6 +54,7 @@ async fn a_shopper_registers_signs_in_and_buys_with_the_session_cookie() {
         .client
         .post(app.url("/api/v1/orders"))
         .header("cookie", &pair)
+        .header("origin", &app.base)
         .json(&json!({ "product_id": product, "quantity": 1 }))
         .send()
         .await

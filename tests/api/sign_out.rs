@@ -95,6 +95,7 @@ async fn a_signed_out_token_stops_working_here_at_once_and_on_every_server_soon(
         .client
         .post(first.url("/logout"))
         .header("cookie", format!("seckill_session={laptop}"))
+        .header("origin", &first.base)
         .send()
         .await
         .unwrap();
@@ -121,6 +122,7 @@ async fn a_copied_console_cookie_stops_working_once_the_operator_signs_out() {
     let client = client_builder().redirect(Policy::none()).build().unwrap();
     let signed_in = client
         .post(first.url("/admin/login"))
+        .header("origin", &first.base)
         .form(&[("token", ADMIN_TOKEN)])
         .send()
         .await
@@ -159,6 +161,7 @@ async fn a_copied_console_cookie_stops_working_once_the_operator_signs_out() {
     let signed_out = client
         .post(first.url("/admin/logout"))
         .header("cookie", &cookie)
+        .header("origin", &first.base)
         .form(&[("csrf", csrf)])
         .send()
         .await

@@ -1,8 +1,9 @@
 // The shop driven in Debian's headless Chromium (scripts/browser-test starts the server):
 // register, buy in the live sale, pay on the sandbox checkout, see the order paid; the
 // operator creates a product that appears on the sale page, opens on its countdown and sells
-// out; the language switch. Every page shown is checked for what keeps it from a screen reader
-// or a weak eye (axe-core's rules: labels, names, contrast, landmarks).
+// out, and the live dashboard shows the sale; the operator refunds the paid order; the
+// language switch. Every page shown is checked for what keeps it from a screen reader or a weak
+// eye (axe-core's rules: labels, names, contrast, landmarks).
 // Usage: node tests/browser/shop.mjs <base-url>; screenshots go to $SECKILL_SCREENSHOTS.
 import { chromium } from 'playwright-core';
 import { mkdirSync, readFileSync } from 'node:fs';
@@ -169,6 +170,24 @@ async function adminProductSellsOut(page) {
   check((await badge.isVisible()) && (await badge.textContent()).trim() === (await card.locator('.stamp').textContent()).trim(), 'the sold-out badge is shown');
   check(await card.locator('button[data-buy]').isDisabled(), 'a sold-out product cannot be bought');
   await screenshots(page, 'sale-sold-out');
+  return name;
+}
+
+// The operator's live dashboard, kept current by its script: the sold-out product's line, the
+// buys per second, and a gate that balances with the database.
+async function dashboardShowsTheSale(page, name) {
+  await page.goto(base + '/admin/dashboard');
+  await page.waitForFunction(() => document.getElementById('dash-status').textContent === 'Live.');
+  // Two snapshots at least, so the per-second figures are drawn.
+  await page.waitForFunction(() => document.querySelector('.dash-line-accepted').getAttribute('points') !== '');
+  const row = page.locator('#dash-products tr').filter({ has: page.getByText(name, { exact: true }) });
+  const cells = await row.locator('td').allTextContents();
+  check(cells[1] === '1' && cells[2] === '0', `the dashboard shows ${name} sold out (${cells.join(' | ')})`);
+  check(cells[8] === '0', 'the gate balances with the database');
+  check(await page.locator('#dash-products .dash-off').count() === 0, 'no product is highlighted as drifting');
+  check(/^\d+\.\d$/.test(await page.locator('#dash-rate').textContent()), 'the dashboard shows buys per second');
+  check((await page.locator('#dash-buys-from').textContent()) === 'this server', 'an embedded server shows its own buys');
+  await screenshots(page, 'admin-dashboard');
 }
 
 // The console's other pages, as the operator signed in above sees them.
@@ -181,6 +200,19 @@ async function consolePages(page) {
   await page.goto(base + '/admin/products');
   await Promise.all([page.waitForURL(/\/admin\/products\/\d+$/), page.locator('a[href^="/admin/products/"]').first().click()]);
   await screenshots(page, 'admin-product');
+
+  // The shopper's paid order, found by its status and refunded with its button: the console
+  // tells the outcome, and the shopper's orders show it refunded.
+  await page.goto(base + '/admin/orders?status=paid');
+  const refund = page.locator('form[data-refund]').first();
+  const orderId = await refund.getAttribute('data-refund');
+  check(/^\d+$/.test(orderId || ''), `the console finds the paid order ${orderId} with its Refund button`);
+  await screenshots(page, 'admin-orders-paid');
+  await Promise.all([page.waitForURL(/refunded=/), refund.locator('button').click()]);
+  const outcome = await page.locator('[role="status"]').textContent();
+  check(outcome.includes(`Order ${orderId} is refunded.`), `the console refunds it: ${outcome}`);
+  await page.goto(base + '/orders');
+  check((await page.locator(`tr[data-order-id="${orderId}"]`).getAttribute('data-status')) === 'refunded', 'the shopper sees it refunded');
 }
 
 async function languageSwitch(page) {
@@ -209,7 +241,7 @@ try {
   await register(page, 'shopper' + Date.now().toString(36));
   await buyAndPay(page);
   if (adminToken) {
-    await adminProductSellsOut(page);
+    await dashboardShowsTheSale(page, await adminProductSellsOut(page));
     await consolePages(page);
   } else console.log('skipped: the operator console (SECKILL_ADMIN_TOKEN is not set)');
   await languageSwitch(page);

@@ -246,6 +246,7 @@ impl StockGate for RedisGate {
         Ok(remaining.map(|remaining| GateAudit {
             remaining,
             in_flight_units: in_flight.iter().map(|o| i64::from(o.quantity.get())).sum(),
+            in_flight_orders: in_flight.len() as u64,
             dead,
         }))
     }

@@ -1,11 +1,14 @@
 //! The live dashboard in the console: per product of the live and upcoming sales its sold,
-//! remaining, in-flight and paid units, and this process's buys by outcome, on a page that
-//! `static/admin.js` keeps current from a stream of server-sent events, one a second.
+//! remaining, in-flight and paid units, its outbox and the gate's drift from the database; the
+//! buys of every server by outcome; the queues' depths. `static/admin.js` keeps the page current
+//! from a stream of server-sent events, one a second. Every stream sends the process's one
+//! reading of the second ([`SaleService::overview`](crate::sale::SaleService::overview)), so
+//! open dashboards add no reads.
 
 use super::{AdminSession, page};
 use crate::error::ApiError;
 use crate::http::AppState;
-use crate::sale::BuyCounts;
+use crate::sale::{BuysFrom, Overview};
 use askama::Template;
 use axum::Router;
 use axum::extract::State;
@@ -14,18 +17,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::stream;
-use serde::Serialize;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::MissedTickBehavior;
 
-/// The most dashboard streams one process serves at once: each reads the store every second,
-/// so a few operators' tabs are welcome and a flood is not.
+/// The most dashboard streams one process serves at once: each holds a connection and sends
+/// an event a second, so a few operators' tabs are welcome and a flood is not.
 pub const MAX_STREAMS: usize = 64;
-
-/// The most products a dashboard shows, soonest sale first; a page of more is not read live.
-const MAX_PRODUCTS: usize = 50;
 
 /// How often the stream sends a snapshot.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -40,69 +40,23 @@ pub fn router() -> Router<AppState> {
         .route("/admin/dashboard/stream", get(dashboard_stream))
 }
 
-/// One product's units, as the dashboard shows them.
-#[derive(Debug, Serialize)]
-struct ProductLine {
-    id: i64,
-    name: String,
-    stock_total: i64,
-    /// Units taken by live orders, stored or not: the total less what is left.
-    sold: i64,
-    /// Units left to sell, the gate's live count once preheated.
-    remaining: i64,
-    /// Units the gate sold whose orders are not in the database yet.
-    in_flight: i64,
-    /// Units in paid orders.
-    paid: i64,
-}
-
-/// What the dashboard shows at one moment.
-#[derive(Debug, Serialize)]
-struct Snapshot {
-    /// The server's time of the reading, so the page can turn counts into rates.
-    at: i64,
-    /// This process's buys by outcome since it started.
-    buys: BuyCounts,
-    products: Vec<ProductLine>,
-}
-
-/// Reads the products of the live and upcoming sales and the buy counts.
-async fn snapshot(state: &AppState) -> anyhow::Result<Snapshot> {
-    let now = state.sale.now();
-    let mut products = Vec::new();
-    for product in state
-        .store
-        .products()
-        .await?
-        .into_iter()
-        .filter(|p| p.window.end > now)
-        .take(MAX_PRODUCTS)
-    {
-        let remaining = state.sale.remaining(&product).await;
-        products.push(ProductLine {
-            id: product.id.0,
-            sold: product.stock_total - remaining,
-            remaining,
-            in_flight: state.sale.units_in_flight_of(&product).await?,
-            paid: state.store.paid_units(product.id).await?,
-            stock_total: product.stock_total,
-            name: product.name,
-        });
-    }
-    Ok(Snapshot {
-        at: now,
-        buys: state.sale.buy_counts(),
-        products,
-    })
-}
-
 /// `GET /admin/dashboard`: the current snapshot, drawn by the server so the page reads without
 /// its script, then kept current by it.
 #[derive(Template)]
 #[template(path = "admin/dashboard.html")]
 struct DashboardPage {
     csrf: String,
-    snapshot: Snapshot,
+    snapshot: Arc<Overview>,
+}
+
+impl DashboardPage {
+    /// Whose buys the page shows, in words.
+    fn buys_from(&self) -> String {
+        match self.snapshot.buys_from {
+            BuysFrom::AllServers => format!("all servers ({})", self.snapshot.servers),
+            BuysFrom::ThisServer => "this server".to_owned(),
+        }
+    }
 }
 
 async fn dashboard_page(
@@ -113,7 +67,7 @@ async fn dashboard_page(
         StatusCode::OK,
         &DashboardPage {
             csrf: session.csrf().to_owned(),
-            snapshot: snapshot(&state).await?,
+            snapshot: state.sale.overview().await?,
         },
     )
 }
@@ -130,8 +84,9 @@ fn admit(slots: &'static Semaphore) -> Result<SemaphorePermit<'static>, ApiError
     })
 }
 
-/// `GET /admin/dashboard/stream`: a [`Snapshot`] as JSON in an event every second, the first
-/// at once. A reading the store fails is sent as a comment, and the next second tries again.
+/// `GET /admin/dashboard/stream`: an [`Overview`] as JSON in a `snapshot` event every second,
+/// the first at once. A reading that fails is sent as an `unavailable` event, and the next
+/// second tries again.
 async fn dashboard_stream(
     State(state): State<AppState>,
     _session: AdminSession,
@@ -143,14 +98,16 @@ async fn dashboard_stream(
         (state, ticks, permit),
         |(state, mut ticks, permit)| async move {
             ticks.tick().await;
-            let event = match snapshot(&state).await {
+            let event = match state.sale.overview().await {
                 Ok(snapshot) => Event::default()
                     .event("snapshot")
-                    .json_data(&snapshot)
+                    .json_data(&*snapshot)
                     .unwrap_or_else(|_| Event::default().comment("unreadable")),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the dashboard");
-                    Event::default().comment("unavailable")
+                    Event::default()
+                        .event("unavailable")
+                        .data("the sale could not be read")
                 }
             };
             Some((Ok::<_, Infallible>(event), (state, ticks, permit)))

@@ -89,7 +89,7 @@ pub(in crate::http) fn per_user_limit(value: i64) -> Result<u32, ApiError> {
 
 /// Who changed something through the admin API: the admin token's fingerprint (the first
 /// hex digits of its SHA-256), which tells tokens apart across a rotation without revealing one.
-pub(super) fn api_actor(state: &AppState) -> String {
+pub(in crate::http) fn api_actor(state: &AppState) -> String {
     let digest = Sha256::digest(state.auth.admin_token.expose().as_bytes());
     let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
     format!("token {hex}")

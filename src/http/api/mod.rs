@@ -1,6 +1,7 @@
 //! The JSON API under `/api/v1`, one module per domain, each exposing its `router()`.
 
 pub mod admin;
+pub mod admin_orders;
 pub mod catalog;
 pub mod images;
 pub mod orders;

@@ -4,6 +4,7 @@
 //! shopper's language (see [`i18n`]).
 
 pub mod i18n;
+mod next;
 pub mod views;
 
 use super::api::catalog::product_views_of_event;
@@ -19,6 +20,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use i18n::{LANG_COOKIE, Lang};
+use next::local_path;
 use serde::Deserialize;
 use std::collections::HashMap;
 use views::{EventTab, LoginPage, OrderRow, OrdersPage, Page, ProductCard, SalePage};
@@ -196,14 +198,6 @@ async fn units_held(state: &AppState, user: &CurrentUser) -> Result<HashMap<i64,
 #[derive(Deserialize)]
 struct LoginQuery {
     next: Option<String>,
-}
-
-/// Only a local path may follow sign-in: no open redirect to another site.
-fn local_path(next: Option<String>) -> String {
-    match next {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.starts_with("/\\") => p,
-        _ => "/".into(),
-    }
 }
 
 async fn login_page(

@@ -5,7 +5,8 @@
 //! back and pause. The loop reconnects after losing the broker.
 
 use super::Topology;
-use super::publisher::{Message, OUTBOX_ENTRY, confirming_channel, publish_confirmed};
+use super::link::confirming_channel;
+use super::publisher::{Message, OUTBOX_ENTRY, publish_confirmed};
 use crate::domain::{Order, OrderId, ProductId};
 use crate::gate::redis::outbox::Outbox;
 use crate::pipeline::drain::{Fate, store_batch};

@@ -17,6 +17,8 @@
 //! a bounded prefetch; every handler is idempotent, since any message may come twice.
 
 pub mod consumers;
+pub mod depths;
+mod link;
 pub mod payments;
 pub mod publisher;
 pub mod relay;
@@ -101,6 +103,19 @@ impl Topology {
     /// The dead-letter queue.
     pub fn dead_queue(&self) -> String {
         format!("{}dead", self.prefix)
+    }
+
+    /// Every queue of the deployment, in the order the orders go through them, then the
+    /// dead-letter queue.
+    pub fn queues(&self) -> [String; 6] {
+        [
+            self.orders_queue(),
+            self.wait_queue(),
+            self.deadline_queue(),
+            self.paid_queue(),
+            self.paid_retry_queue(),
+            self.dead_queue(),
+        ]
     }
 
     /// Declares everything (idempotent: every process does it at start).

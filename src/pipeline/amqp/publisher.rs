@@ -2,12 +2,12 @@
 //! back instead of vanishing), and publisher confirms awaited before anyone relies on them.
 
 use super::Topology;
+use super::link::Link;
 use anyhow::{Context, bail};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Channel};
 use std::time::Duration;
-use tokio::sync::Mutex;
 
 /// The header that names the outbox entry a relayed order came from, so the worker that stores
 /// it can delete the entry.
@@ -90,50 +90,22 @@ pub(super) async fn publish_confirmed(
         .context("RabbitMQ did not confirm in time")?
 }
 
-/// Opens a channel in confirm mode, with the topology declared.
-pub(super) async fn confirming_channel(
-    url: &str,
-    topology: &Topology,
-) -> anyhow::Result<(Connection, Channel)> {
-    let (connection, channel) = super::connect(url, topology).await?;
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-    Ok((connection, channel))
-}
-
 /// A publisher that keeps one confirming channel and reconnects after any failure.
-pub struct Publisher {
-    url: String,
-    topology: Topology,
-    link: Mutex<Option<(Connection, Channel)>>,
-}
+pub struct Publisher(Link);
 
 impl Publisher {
     /// A publisher to the broker at `url`; connects on first use.
     pub fn new(url: &str, topology: Topology) -> Self {
-        Self {
-            url: url.to_owned(),
-            topology,
-            link: Mutex::new(None),
-        }
+        Self(Link::new(url, topology, true))
     }
 
     /// Publishes and waits for the confirms (see [`publish_confirmed`]).
     pub async fn publish(&self, key: &str, messages: &[Message]) -> anyhow::Result<()> {
-        let mut link = self.link.lock().await;
-        let channel = match link.as_ref() {
-            Some((_, channel)) if channel.status().connected() => channel.clone(),
-            _ => {
-                let (connection, channel) = confirming_channel(&self.url, &self.topology).await?;
-                *link = Some((connection, channel.clone()));
-                channel
-            }
-        };
-        let published = publish_confirmed(&channel, &self.topology, key, messages).await;
-        if published.is_err() {
-            *link = None;
-        }
-        published
+        let topology = self.0.topology();
+        self.0
+            .run(
+                |channel| async move { publish_confirmed(&channel, topology, key, messages).await },
+            )
+            .await
     }
 }

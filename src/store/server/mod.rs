@@ -8,11 +8,11 @@ mod retry;
 
 use super::sql::rows::{self, new_order_columns};
 use super::sql::{
-    self, AnyQuery, CANCEL_ORDER, Dialect, FREE_KEY, INSERT_ROWS, MARK_PAID, ORDER, ORDERS_OF_USER,
-    RETURN_STOCK, TAKE_STOCK, Tables, query, settle_keys, units_of,
+    self, AnyQuery, CANCEL_ORDER, CANCEL_PAID_ORDER, Dialect, FREE_KEY, INSERT_ROWS, MARK_PAID,
+    ORDER, ORDERS_OF_USER, RETURN_STOCK, TAKE_STOCK, Tables, query, settle_keys, units_of,
 };
 use super::{
-    AuditEntry, KeptPayment, NewProduct, Overdue, PayAnswer, PaymentRecord, Persisted,
+    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord, Persisted,
     ProductPatch, RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
@@ -44,6 +44,7 @@ struct OrderStatements {
     orders_of_user: Arc<str>,
     mark_paid: Arc<str>,
     cancel_order: Arc<str>,
+    cancel_paid_order: Arc<str>,
     return_stock: Arc<str>,
     free_key: Arc<str>,
 }
@@ -57,6 +58,7 @@ impl OrderStatements {
             orders_of_user: sql(ORDERS_OF_USER),
             mark_paid: sql(MARK_PAID),
             cancel_order: sql(CANCEL_ORDER),
+            cancel_paid_order: sql(CANCEL_PAID_ORDER),
             return_stock: sql(RETURN_STOCK),
             free_key: sql(FREE_KEY),
         }
@@ -216,9 +218,16 @@ impl ServerStore {
         Ok(taken == 1)
     }
 
-    async fn try_cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
+    /// Cancels an order with the conditional update `cancel_order` and, if it applied, puts
+    /// the order's units back on the product's stock in the same transaction.
+    async fn try_cancel(
+        &self,
+        cancel_order: &Arc<str>,
+        id: OrderId,
+        now: Millis,
+    ) -> StoreResult<Option<Order>> {
         let mut tx = self.tables.writer().begin().await?;
-        let cancelled = query(&self.sql.cancel_order)
+        let cancelled = query(cancel_order)
             .bind(now)
             .bind(id.0)
             .execute(&mut *tx)
@@ -373,6 +382,10 @@ impl Store for ServerStore {
         Ok(rows.iter().map(rows::order).collect::<Result<_, _>>()?)
     }
 
+    async fn search_orders(&self, search: &OrderSearch) -> StoreResult<Vec<Order>> {
+        self.tables.search_orders(search).await
+    }
+
     async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
         let paid = query(&self.sql.mark_paid)
             .bind(now)
@@ -384,7 +397,11 @@ impl Store for ServerStore {
     }
 
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
-        retry_conflicts(|| self.try_cancel_order(id, now)).await
+        retry_conflicts(|| self.try_cancel(&self.sql.cancel_order, id, now)).await
+    }
+
+    async fn cancel_paid_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
+        retry_conflicts(|| self.try_cancel(&self.sql.cancel_paid_order, id, now)).await
     }
 
     async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<Overdue>> {

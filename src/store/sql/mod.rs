@@ -12,12 +12,12 @@ pub(super) mod rows;
 pub use dialect::Dialect;
 
 use super::{
-    AuditEntry, KeptPayment, NewProduct, Overdue, PayAnswer, PaymentRecord, ProductPatch,
-    RevokedSession, StoreResult, UserRecord,
+    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord,
+    ProductPatch, RevokedSession, StoreResult, UserRecord,
 };
 use crate::domain::{
-    IdempotencyKey, Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, Product, ProductId,
-    SaleEvent, SaleWindow, UserId, Username,
+    IdempotencyKey, Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, OrderStatus,
+    Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
 use rows::{order_columns, product_columns};
 use sqlx::any::{AnyArguments, AnyRow};
@@ -38,6 +38,9 @@ pub(super) const MARK_PAID: &str = "UPDATE orders SET status = 'paid', paid_at =
 /// awaiting_payment → cancelled.
 pub(super) const CANCEL_ORDER: &str = "UPDATE orders SET status = 'cancelled', \
     cancelled_at = ? WHERE id = ? AND status = 'awaiting_payment'";
+/// paid → cancelled, for an operator's refund.
+pub(super) const CANCEL_PAID_ORDER: &str = "UPDATE orders SET status = 'cancelled', \
+    cancelled_at = ? WHERE id = ? AND status = 'paid'";
 /// A cancelled order's units back on sale.
 pub(super) const RETURN_STOCK: &str =
     "UPDATE products SET stock = stock + ?, updated_at = ? WHERE id = ?";
@@ -99,6 +102,17 @@ pub(super) fn settle_keys<'a>(
 /// Units of an order, as the database counts them.
 pub(super) fn units_of(order: &Order) -> i64 {
     i64::from(order.quantity.get())
+}
+
+/// The condition that picks orders in `status`: the database stores a refunded order as
+/// cancelled with a refund time.
+fn status_condition(status: OrderStatus) -> &'static str {
+    match status {
+        OrderStatus::AwaitingPayment => "status = 'awaiting_payment'",
+        OrderStatus::Paid => "status = 'paid'",
+        OrderStatus::Cancelled => "status = 'cancelled' AND refunded_at IS NULL",
+        OrderStatus::Refunded => "status = 'cancelled' AND refunded_at IS NOT NULL",
+    }
 }
 
 /// A statement through sqlx's `Any` driver.
@@ -762,6 +776,52 @@ impl Tables {
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get("units")?)
+    }
+
+    /// See [`crate::store::Store::search_orders`]. The statement has one condition per filter
+    /// given, each a literal of this function; only values are bound. A search by product and
+    /// status reads its page off the index that ends with the id, newest first; the others
+    /// sort what they find: a buyer's orders, a product's, or (the costliest, for an operator's
+    /// occasional look) every order in one status.
+    pub async fn search_orders(&self, search: &OrderSearch) -> StoreResult<Vec<Order>> {
+        let mut conditions = Vec::new();
+        let mut values = Vec::new();
+        if let Some(user) = search.user {
+            conditions.push("user_id = ?");
+            values.push(user.0);
+        }
+        if let Some(product) = search.product {
+            conditions.push("product_id = ?");
+            values.push(product.0);
+        }
+        if let Some(status) = search.status {
+            conditions.push(status_condition(status));
+        }
+        if let Some(before) = search.before {
+            conditions.push("id < ?");
+            values.push(before.0);
+        }
+        values.push(search.limit);
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let text = format!(
+            concat!(
+                "SELECT ",
+                order_columns!(),
+                " FROM orders{} ORDER BY id DESC LIMIT ?"
+            ),
+            filter
+        );
+        let sql: Arc<str> = self.dialect.placeholders(&text).into();
+        let rows = values
+            .into_iter()
+            .fold(query(&sql), |select, value| select.bind(value))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(rows::order).collect::<Result<_, _>>()?)
     }
 
     /// See [`crate::store::Store::stored_among`].

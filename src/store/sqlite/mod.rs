@@ -24,7 +24,7 @@ use wal_flush::WalFlush;
 
 use super::sql::{self, Dialect, Tables};
 use super::{
-    AuditEntry, KeptPayment, NewProduct, Overdue, PayAnswer, PaymentRecord, Persisted,
+    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord, Persisted,
     ProductPatch, RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
@@ -121,6 +121,16 @@ impl SqliteStore {
     async fn settle(&self, change: StatusChange) -> StoreResult<bool> {
         let write = |changes: Vec<StatusChange>| self.in_turn(move || self.orders.settle(&changes));
         self.changes.settle(change, write).await
+    }
+
+    /// A cancel of order `id`: the order, once on disk, when this call cancelled it.
+    async fn cancel(&self, id: OrderId, change: StatusChange) -> StoreResult<Option<Order>> {
+        if !self.settle(change).await? {
+            return Ok(None);
+        }
+        self.durable().await?;
+        // Read back once committed: the batch says only which changes applied.
+        self.order(id).await
     }
 }
 
@@ -264,6 +274,10 @@ impl Store for SqliteStore {
         Ok(self.reads.orders_of_user(user)?)
     }
 
+    async fn search_orders(&self, search: &OrderSearch) -> StoreResult<Vec<Order>> {
+        self.tables.search_orders(search).await
+    }
+
     async fn mark_paid(&self, id: OrderId, now: Millis) -> StoreResult<bool> {
         let paid = self.settle(StatusChange::Pay { id, at: now }).await?;
         self.durable().await?;
@@ -271,12 +285,12 @@ impl Store for SqliteStore {
     }
 
     async fn cancel_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
-        if !self.settle(StatusChange::Cancel { id, at: now }).await? {
-            return Ok(None);
-        }
-        self.durable().await?;
-        // Read back once committed: the batch says only which changes applied.
-        self.order(id).await
+        self.cancel(id, StatusChange::Cancel { id, at: now }).await
+    }
+
+    async fn cancel_paid_order(&self, id: OrderId, now: Millis) -> StoreResult<Option<Order>> {
+        self.cancel(id, StatusChange::CancelPaid { id, at: now })
+            .await
     }
 
     async fn overdue_orders(&self, now: Millis, limit: i64) -> StoreResult<Vec<Overdue>> {

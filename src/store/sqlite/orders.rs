@@ -7,12 +7,12 @@
 //! call that runs its statements in place, each prepared once and kept.
 
 use super::status_batches::StatusChange;
-use crate::domain::{Order, OrderId, ProductId};
+use crate::domain::{Millis, Order, OrderId, ProductId};
 use crate::store::Persisted;
 use crate::store::sql::rows::new_order_columns;
 use crate::store::sql::{
-    CANCEL_ORDER, FREE_KEY, KEY_HOLDER, KeyHolders, MARK_PAID, RETURN_STOCK, TAKE_STOCK,
-    settle_keys, units_of,
+    CANCEL_ORDER, CANCEL_PAID_ORDER, FREE_KEY, KEY_HOLDER, KeyHolders, MARK_PAID, RETURN_STOCK,
+    TAKE_STOCK, settle_keys, units_of,
 };
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
@@ -77,8 +77,8 @@ impl SqliteOrders {
     }
 
     /// Applies payments and cancels in one transaction, each in order: a conditional update
-    /// that applies only to an order awaiting payment, as on every database, and for a cancel
-    /// its units back on sale. Whether each was applied.
+    /// that applies only to an order in the status it leaves, as on every database, and for a
+    /// cancel its units back on sale. Whether each was applied.
     pub fn settle(&self, changes: &[StatusChange]) -> rusqlite::Result<Vec<bool>> {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -99,21 +99,31 @@ fn apply_one(tx: &Transaction<'_>, change: StatusChange) -> rusqlite::Result<boo
                 .execute(params![at, id.0, at])?;
             Ok(paid == 1)
         }
-        StatusChange::Cancel { id, at } => {
-            let cancelled = tx
-                .prepare_cached(CANCEL_ORDER)?
-                .execute(params![at, id.0])?;
-            if cancelled == 0 {
-                return Ok(false);
-            }
-            let (product, units): (i64, i64) = tx
-                .prepare_cached(UNITS_OF_ORDER)?
-                .query_row([id.0], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            tx.prepare_cached(RETURN_STOCK)?
-                .execute(params![units, at, product])?;
-            Ok(true)
-        }
+        StatusChange::Cancel { id, at } => cancel(tx, CANCEL_ORDER, id, at),
+        StatusChange::CancelPaid { id, at } => cancel(tx, CANCEL_PAID_ORDER, id, at),
     }
+}
+
+/// Cancels an order with the conditional update `cancel_order` and, if it applied, puts the
+/// order's units back on the product's stock.
+fn cancel(
+    tx: &Transaction<'_>,
+    cancel_order: &str,
+    id: OrderId,
+    at: Millis,
+) -> rusqlite::Result<bool> {
+    let cancelled = tx
+        .prepare_cached(cancel_order)?
+        .execute(params![at, id.0])?;
+    if cancelled == 0 {
+        return Ok(false);
+    }
+    let (product, units): (i64, i64) = tx
+        .prepare_cached(UNITS_OF_ORDER)?
+        .query_row([id.0], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    tx.prepare_cached(RETURN_STOCK)?
+        .execute(params![units, at, product])?;
+    Ok(true)
 }
 
 /// Sees to the idempotency keys of a batch (see [`settle_keys`]): the orders whose key another

@@ -12,13 +12,16 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::oneshot;
 
-/// A change to a stored order's status, as a payment or a cancel asks for it.
+/// A change to a stored order's status, as a payment, a cancel or an operator's refund asks
+/// for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatusChange {
     /// awaiting_payment → paid, if the payment window is still open at `at`.
     Pay { id: OrderId, at: Millis },
     /// awaiting_payment → cancelled at `at`, the order's units back on the product's stock.
     Cancel { id: OrderId, at: Millis },
+    /// paid → cancelled at `at` for a refund, the order's units back on the product's stock.
+    CancelPaid { id: OrderId, at: Millis },
 }
 
 /// Whether a change was applied; a failed batch's error is shared by all of its changes.
