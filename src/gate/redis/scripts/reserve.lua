@@ -44,11 +44,15 @@ for i = 0, buys - 1 do
   users[i + 1] = ARGV[per * i + 1]
 end
 local stored = redis.call('HMGET', KEYS[2], unpack(users))
--- The kept orders of the buys with a key, each `made at:units:encoded order`. A key names its
--- order for a day (IdempotencyKey::LIFETIME_MS) from when the order was made.
+-- A key names its order for a day (IdempotencyKey::LIFETIME_MS) from when the order was made.
 local lifetime = 86400000
-local kept, keeps = {}, {}
+-- Only a call with keys looks them up: the kept orders of its buys with a key, each
+-- `made at:units:encoded order`, the keys it keeps, and `retried`, which for a buy with `field`
+-- of `units` at `now` gives the order its key made, or false when that was for another
+-- quantity; nil when the key names no live order.
+local kept, keeps, retried
 if per == 5 then
+  kept, keeps = {}, {}
   local fields = {}
   for i = 0, buys - 1 do
     local field = ARGV[5 * i + 5]
@@ -64,28 +68,32 @@ if per == 5 then
       end
     end
   end
+  retried = function(field, units, now)
+    local value = kept[field]
+    if not value then
+      return nil
+    end
+    local made, had, first = string.match(value, '^(%d+):(%d+):(.*)$')
+    if not made or now - tonumber(made) >= lifetime then
+      return nil
+    end
+    return tonumber(had) == units and first
+  end
 end
 local held, bought, sold = {}, {}, 0
 for i = 0, buys - 1 do
   local at = per * i
   local user, order = users[i + 1], ARGV[at + 4]
   local units, now = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local field = per == 5 and ARGV[at + 5] or ''
-  local code, answer = 0, nil
-  local first, made, had = nil, nil, nil
-  if field ~= '' and kept[field] then
-    made, had, first = string.match(kept[field], '^(%d+):(%d+):(.*)$')
-    if now - tonumber(made) >= lifetime then
-      first = nil
-    end
+  local code, first = 0, nil
+  if kept then
+    first = retried(ARGV[at + 5], units, now)
   end
   if first then
     -- A retry: answered with the first buy's order, whatever the window and the stock say now.
-    if tonumber(had) == units then
-      code, answer = 1, first
-    else
-      code = -7
-    end
+    code = 1
+  elseif first == false then
+    code = -7
   elseif now < start then
     code = -2
   elseif now >= stop then
@@ -107,15 +115,16 @@ for i = 0, buys - 1 do
       remaining = remaining - units
       sold = sold + units
       redis.call('XADD', KEYS[3], '*', 'order', order)
-      if field ~= '' then
-        -- Kept in the same step: a later buy of this batch with the key replays this one.
+      if kept and ARGV[at + 5] ~= '' then
+        -- Kept in the same step: a later buy of this call with the key replays this one.
+        local field = ARGV[at + 5]
         kept[field] = ARGV[at + 3] .. ':' .. ARGV[at + 2] .. ':' .. order
         keeps[#keeps + 1] = field
         keeps[#keeps + 1] = kept[field]
       end
     end
   end
-  answers[2 * i + 1], answers[2 * i + 2] = code, answer or remaining
+  answers[2 * i + 1], answers[2 * i + 2] = code, first or remaining
 end
 if sold > 0 then
   local holdings = {}
@@ -125,7 +134,7 @@ if sold > 0 then
   end
   redis.call('HSET', KEYS[2], unpack(holdings))
   redis.call('HINCRBY', KEYS[1], 'remaining', -sold)
-  if #keeps > 0 then
+  if keeps and #keeps > 0 then
     -- Bounded: the whole hash goes a day after its last order, when all it holds has expired.
     redis.call('HSET', KEYS[5], unpack(keeps))
     redis.call('PEXPIRE', KEYS[5], lifetime)
