@@ -1,7 +1,7 @@
 //! The buy path. Every request that cannot buy is turned away as early and cheaply as possible:
 //! unknown product → local sold-out flag → the gate's atomic step → made durable. Rate limits
 //! and the session check happen before this, in the HTTP layer. A buy with an idempotency key
-//! takes the same path, with what a retry needs on the way (see [`super::idempotency`]).
+//! takes the same path, with what a retry needs on the way (see `idempotency.rs`).
 
 use super::SaleService;
 use super::catalog::Entry;
