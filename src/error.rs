@@ -316,6 +316,7 @@ impl From<crate::sale::BuyError> for ApiError {
             BuyError::Rejected(Rejection::SoldOut { remaining }) => {
                 Self::conflict("sold_out", format!("only {remaining} left: ask for fewer"))
             }
+            BuyError::Rejected(Rejection::KeyReused) => key_reused(),
             BuyError::Unavailable(e) => {
                 tracing::error!(error = ?e, "buy failed");
                 Self::client(
@@ -325,6 +326,26 @@ impl From<crate::sale::BuyError> for ApiError {
                 )
             }
         }
+    }
+}
+
+/// 409: an `Idempotency-Key` sent again with another request, as the IETF draft on the header
+/// answers it.
+fn key_reused() -> ApiError {
+    ApiError::conflict(
+        "idempotency_key_reused",
+        "this Idempotency-Key was used for another request; send a new key for a new request",
+    )
+}
+
+/// A malformed `Idempotency-Key` header: 400, as it is no part of the body.
+impl From<crate::domain::InvalidIdempotencyKey> for ApiError {
+    fn from(e: crate::domain::InvalidIdempotencyKey) -> Self {
+        Self::client(
+            StatusCode::BAD_REQUEST,
+            "invalid_idempotency_key",
+            e.to_string(),
+        )
     }
 }
 
@@ -368,6 +389,7 @@ impl From<crate::sale::OrderError> for ApiError {
                     format!("the payment's {field} does not match the order"),
                 )
             }
+            OrderError::KeyReused => key_reused(),
             OrderError::Store(e) => e.into(),
             OrderError::Unavailable(e) => {
                 tracing::error!(error = ?e, "the payment provider or the paid queue failed");

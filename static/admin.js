@@ -99,7 +99,8 @@
     if (per) {
       const acceptedRate = per.accepted || 0;
       const refusedRate = Object.keys(per)
-        .filter((o) => o !== 'accepted')
+        // A retry answered with its first order is neither accepted again nor refused.
+        .filter((o) => o !== 'accepted' && o !== 'replayed')
         .reduce((sum, o) => sum + per[o], 0);
       push(accepted, acceptedRate);
       push(refused, refusedRate);

@@ -2,6 +2,7 @@
 //! user are, and which values are valid. Input is parsed into these types once, at the edge;
 //! the rest of the system trusts them.
 
+pub mod idempotency;
 pub mod image;
 pub mod money;
 pub mod order;
@@ -9,6 +10,7 @@ pub mod product;
 pub mod quantity;
 pub mod user;
 
+pub use idempotency::{IdempotencyKey, InvalidIdempotencyKey};
 pub use image::{Image, ImageError, ImageFormat, ImageId};
 pub use money::Money;
 pub use order::{Order, OrderId, OrderStatus};

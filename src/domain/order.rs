@@ -4,7 +4,7 @@
 //! nothing returns to awaiting payment or paid, which is what lets every change be a
 //! conditional update on the current status.
 
-use super::{Millis, Money, ProductId, Quantity, UserId};
+use super::{IdempotencyKey, Millis, Money, ProductId, Quantity, UserId};
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
 use std::fmt;
@@ -95,6 +95,9 @@ pub struct Order {
     /// When a pay URL was first made for it: from then on the buyer may have paid, so the
     /// provider is asked before the order is cancelled.
     pub pay_started_at: Option<Millis>,
+    /// The buyer's name for the request that placed it, so a retry is answered with this
+    /// order; kept for [`IdempotencyKey::LIFETIME_MS`] after the order was made.
+    pub idempotency_key: Option<IdempotencyKey>,
 }
 
 impl Order {
@@ -120,6 +123,10 @@ struct WireOrder<'a> {
     qty: i64,
     at: Millis,
     due: Millis,
+    /// Only for an order placed with an idempotency key: the message of any other order is
+    /// what it always was.
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    key: Option<Cow<'a, str>>,
 }
 
 /// Why a queued order could not be read back.
@@ -139,6 +146,10 @@ impl Order {
             qty: i64::from(self.quantity.get()),
             at: self.created_at,
             due: self.pay_before,
+            key: self
+                .idempotency_key
+                .as_ref()
+                .map(|key| Cow::Borrowed(key.as_str())),
         };
         serde_json::to_string(&wire).expect("an order always serializes")
     }
@@ -150,6 +161,11 @@ impl Order {
         let unit_price =
             Money::from_cents(wire.price).map_err(|e| MalformedOrder(e.to_string()))?;
         let quantity = Quantity::parse(wire.qty).map_err(|e| MalformedOrder(e.to_string()))?;
+        let idempotency_key = wire
+            .key
+            .map(|key| IdempotencyKey::parse(&key))
+            .transpose()
+            .map_err(|e| MalformedOrder(e.to_string()))?;
         Ok(Self {
             id: OrderId(wire.id),
             user_id: UserId(wire.user),
@@ -164,6 +180,7 @@ impl Order {
             paid_at: None,
             cancelled_at: None,
             pay_started_at: None,
+            idempotency_key,
         })
     }
 }
@@ -188,6 +205,7 @@ mod tests {
             paid_at: None,
             cancelled_at: None,
             pay_started_at: None,
+            idempotency_key: None,
         }
     }
 
@@ -195,6 +213,16 @@ mod tests {
     fn an_order_survives_the_queue() {
         let order = order();
         assert_eq!(Order::decode(order.encode().as_bytes()).unwrap(), order);
+    }
+
+    #[test]
+    fn an_order_keeps_its_idempotency_key_through_the_queue_and_others_carry_none() {
+        assert!(!order().encode().contains("key"));
+        let keyed = Order {
+            idempotency_key: Some(IdempotencyKey::parse("retry-\"7\"").unwrap()),
+            ..order()
+        };
+        assert_eq!(Order::decode(keyed.encode().as_bytes()).unwrap(), keyed);
     }
 
     #[test]
@@ -214,6 +242,7 @@ mod tests {
             "{}",
             &good.replace("\"qty\":2", "\"qty\":0"),
             &good.replace("\"price\":4999", "\"price\":-1"),
+            &good.replace('}', ",\"key\":\"a b\"}"),
         ] {
             assert!(Order::decode(bad.as_bytes()).is_err(), "{bad}");
         }

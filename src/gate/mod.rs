@@ -1,7 +1,9 @@
 //! The stock gate: the one place that decides, atomically, whether a buy may proceed. It holds
 //! each preheated product's remaining units, sale window, whether an operator paused it,
-//! per-user limit and who holds how many units. It is a fast cache of the database, never the source of truth: at start-up (and
-//! after any sign of loss) it is rebuilt from the database.
+//! per-user limit, who holds how many units, and the orders placed with an idempotency key, so
+//! a retry is answered with its order in the same atomic step that would otherwise sell again.
+//! It is a fast cache of the database, never the source of truth: at start-up (and after any
+//! sign of loss) it is rebuilt from the database.
 
 pub mod memory;
 pub mod redis;
@@ -24,6 +26,20 @@ pub struct GateProduct {
     /// Cancelled orders, whose stock is in `remaining` already: releasing one of them again
     /// (a cancel that raced the load) must change nothing.
     pub released: Vec<OrderId>,
+    /// Orders placed with an idempotency key whose lifetime has not passed: their retries are
+    /// answered with them.
+    pub kept: Vec<Order>,
+}
+
+/// What the gate made of a buy it did not refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    /// The units are taken and the order recorded; this many are left.
+    Taken { remaining: i64 },
+    /// A retry: the buyer sent this buy's idempotency key before, for the same product and
+    /// quantity, within the key's lifetime. Nothing was taken; this is the order the first buy
+    /// made, as the gate keeps it.
+    Replayed(Order),
 }
 
 /// A product as the gate sees it. `remaining + in_flight_units` must equal the database's
@@ -65,6 +81,10 @@ pub enum Rejection {
     /// Fewer units left than asked for; `remaining == 0` means sold out for everybody.
     #[error("not enough stock left")]
     SoldOut { remaining: i64 },
+    /// The buyer's idempotency key named another buy (another product or quantity) within its
+    /// lifetime.
+    #[error("the idempotency key was used for another buy")]
+    KeyReused,
 }
 
 /// The gate's answer to a buy or a failure to reach the gate at all.
@@ -97,8 +117,20 @@ pub trait StockGate: Send + Sync + 'static {
 
     /// One atomic step: sale open at `now`? not paused? buyer under the limit? enough stock? Then take the
     /// units, record the buyer and (for a gate with an outbox, see [`outbox`](Self::outbox))
-    /// append the order. Returns the units left.
-    async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError>;
+    /// append the order. An order with an idempotency key is first looked up by its buyer and
+    /// key: a live one kept for them is replayed (or refused as [`Rejection::KeyReused`] when
+    /// it was for another quantity), whatever the window and the stock say now; else the key
+    /// is kept with the order when the units are taken.
+    async fn reserve(&self, order: &Order, now: Millis) -> Result<Reserved, GateError>;
+
+    /// The live order kept for `order`'s buyer and idempotency key, deciding nothing: how a
+    /// retry is answered where the buy itself is not decided (the product is flagged sold out
+    /// in this process) and how a replay checks the first buy still stands.
+    async fn kept(&self, order: &Order) -> Result<Option<Order>, GateError>;
+
+    /// Forgets the idempotency key `order` was placed with, after its units were given back
+    /// because it never became durable: a retry is then decided afresh.
+    async fn drop_key(&self, order: &Order) -> Result<(), GateError>;
 
     /// Gives an order's units back (it was cancelled, or the database refused it) and lowers
     /// its buyer's count, so they may buy again. Callers release an order once; a gate shared

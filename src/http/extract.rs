@@ -1,13 +1,15 @@
-//! Request extractors: [`CurrentUser`] from a session token (cookie or bearer header) and
-//! [`AdminAuth`] from the admin token. Both are checked in memory, with no I/O.
+//! Request extractors: [`CurrentUser`] from a session token (cookie or bearer header),
+//! [`AdminAuth`] from the admin token, both checked in memory with no I/O, and
+//! [`IdempotencyKeyHeader`].
 
 use crate::auth::TokenSigner;
 use crate::auth::revocation::{RevokedSessions, SessionId};
 use crate::clock::SharedClock;
 use crate::config::Secret;
-use crate::domain::{Millis, UserId};
+use crate::domain::{IdempotencyKey, InvalidIdempotencyKey, Millis, UserId};
 use crate::error::ApiError;
 use axum::extract::{FromRef, FromRequestParts, OptionalFromRequestParts};
+use axum::http::HeaderName;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
 use std::sync::Arc;
@@ -128,4 +130,27 @@ pub fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a 
             let (key, value) = pair.trim().split_once('=')?;
             (key == name).then_some(value)
         })
+}
+
+/// The header a client names a retryable request with (a buy, a pay call).
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// The `Idempotency-Key` of a request: `None` when the client sent none. A malformed one, or
+/// two, is refused (`400 invalid_idempotency_key`) before anything else is done.
+pub struct IdempotencyKeyHeader(pub Option<IdempotencyKey>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let mut sent = parts.headers.get_all(IDEMPOTENCY_KEY).iter();
+        let Some(value) = sent.next() else {
+            return Ok(Self(None));
+        };
+        if sent.next().is_some() {
+            return Err(InvalidIdempotencyKey.into());
+        }
+        let text = value.to_str().map_err(|_| InvalidIdempotencyKey)?;
+        Ok(Self(Some(IdempotencyKey::parse(text)?)))
+    }
 }

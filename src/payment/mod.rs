@@ -32,6 +32,16 @@ pub enum Channel {
     Wap,
 }
 
+impl Channel {
+    /// The channel as a client names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Page => "page",
+            Self::Wap => "wap",
+        }
+    }
+}
+
 /// What a pay URL asks the buyer to pay.
 #[derive(Debug, Clone)]
 pub struct PayRequest<'a> {

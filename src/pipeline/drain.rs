@@ -83,17 +83,32 @@ impl Sink for StoreSink {
 /// Stores a batch in one transaction (idempotent inserts, guarded stock decrements) and says
 /// what became of each order. An order already stored is a redelivery, unless the stored one is
 /// a different order under the same id (two processes shared a Snowflake node id): that one can
-/// never be stored and is set aside, loudly.
+/// never be stored and is set aside, loudly. An order whose idempotency key another order holds
+/// (one the gate could not see: another product's, after Redis lost its claims) was accepted
+/// all the same, so it is stored without the key.
 pub async fn store_batch(store: &dyn Store, orders: &[Order]) -> anyhow::Result<Vec<Fate>> {
-    let outcomes = store.insert_orders(orders).await?;
+    let mut outcomes = stored(store, orders).await?;
     metrics::histogram!("seckill_order_batch_size", "writer" => "worker")
         .record(orders.len() as f64);
-    ensure!(
-        outcomes.len() == orders.len(),
-        "the store answered {} outcomes for {} orders",
-        outcomes.len(),
-        orders.len()
-    );
+    let taken: Vec<usize> = (0..orders.len())
+        .filter(|&i| outcomes[i] == Persisted::KeyTaken)
+        .collect();
+    if !taken.is_empty() {
+        tracing::warn!(
+            orders = taken.len(),
+            "accepted orders whose idempotency keys other orders hold: stored without them"
+        );
+        let keyless: Vec<Order> = taken
+            .iter()
+            .map(|&i| Order {
+                idempotency_key: None,
+                ..orders[i].clone()
+            })
+            .collect();
+        for (i, outcome) in taken.into_iter().zip(stored(store, &keyless).await?) {
+            outcomes[i] = outcome;
+        }
+    }
     let mut fates = Vec::with_capacity(orders.len());
     for (order, outcome) in orders.iter().zip(outcomes) {
         fates.push(match outcome {
@@ -112,9 +127,22 @@ pub async fn store_batch(store: &dyn Store, orders: &[Order]) -> anyhow::Result<
                 }
             },
             Persisted::OutOfStock => Fate::Dead("the database has no stock left for it".into()),
+            Persisted::KeyTaken => Fate::Dead("another order holds its idempotency key".into()),
         });
     }
     Ok(fates)
+}
+
+/// [`Store::insert_orders`], checked to say what became of every order.
+async fn stored(store: &dyn Store, orders: &[Order]) -> anyhow::Result<Vec<Persisted>> {
+    let outcomes = store.insert_orders(orders).await?;
+    ensure!(
+        outcomes.len() == orders.len(),
+        "the store answered {} outcomes for {} orders",
+        outcomes.len(),
+        orders.len()
+    );
+    Ok(outcomes)
 }
 
 /// How often stalled entries (pending under a reader for longer than the claim time) are

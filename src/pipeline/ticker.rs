@@ -1,7 +1,8 @@
 //! The once-a-second housekeeping of every process: read products other processes created or
 //! changed, lift sold-out flags where another process's cancel brought stock back, and — on
 //! the scheduler leader only — preheat products whose sale is near, cancel orders whose
-//! payment window closed (returning their stock) and make the refunds still due. The database
+//! payment window closed (returning their stock), make the refunds still due and drop the pay
+//! answers kept for idempotency keys that have expired. The database
 //! query is the deadline mechanism in embedded mode and the backstop behind the delay queue in
 //! cluster mode, so a crash loses no deadline: the next tick after a restart finds every
 //! overdue order.
@@ -12,6 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Steps of the leader between two clean-ups of expired pay answers: a day's answers expire
+/// over the day, so once a minute keeps few around without a write every second.
+const STEPS_PER_CLEAN_UP: u64 = 60;
 
 /// Starts the housekeeping loop. It stops between steps once `stop` turns true (or its sender
 /// is gone): a cancel is never cut off between the database and the gate.
@@ -24,6 +29,7 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(period);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut led: u64 = 0;
         loop {
             tokio::select! {
                 _ = interval.tick() => {}
@@ -48,6 +54,12 @@ pub fn spawn(
                 Ok(0) => {}
                 Ok(n) => tracing::info!(refunded = n, "made refunds that were due"),
                 Err(e) => tracing::warn!(error = %e, "refunds due wait for the next step"),
+            }
+            led += 1;
+            if led % STEPS_PER_CLEAN_UP == 0
+                && let Err(e) = sale.forget_expired_pay_answers().await
+            {
+                tracing::warn!(error = %e, "expired pay answers wait for the next clean-up");
             }
         }
     })

@@ -1,12 +1,16 @@
 //! The buy path. Every request that cannot buy is turned away as early and cheaply as possible:
 //! unknown product → local sold-out flag → the gate's atomic step → made durable. Rate limits
-//! and the session check happen before this, in the HTTP layer.
+//! and the session check happen before this, in the HTTP layer. A buy with an idempotency key
+//! takes the same path, with what a retry needs on the way (see `idempotency.rs`).
 
 use super::SaleService;
 use super::catalog::Entry;
-use crate::domain::{Millis, Order, OrderId, OrderStatus, ProductId, Quantity, UserId};
-use crate::gate::{GateError, Rejection};
+use crate::domain::{
+    IdempotencyKey, Millis, Order, OrderId, OrderStatus, ProductId, Quantity, UserId,
+};
+use crate::gate::{GateError, Rejection, Reserved};
 use crate::store::Persisted;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why a buy did not produce an order.
@@ -20,34 +24,49 @@ pub enum BuyError {
     Unavailable(#[source] anyhow::Error),
 }
 
+/// What a buy gave its buyer.
+#[derive(Debug)]
+pub(super) enum Bought {
+    /// A new order.
+    New(Order),
+    /// A retry of a buy made with the same idempotency key: that buy's order, as it is now.
+    Replayed(Order),
+}
+
 impl SaleService {
     /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is durable
-    /// (see [`Durability`](super::Durability)), so an answered buy survives a crash.
+    /// (see [`Durability`](super::Durability)), so an answered buy survives a crash. With
+    /// `key`, a retry (the same key, product and quantity, within the key's lifetime) returns
+    /// the first buy's order as it is now, and the key sent for another buy is refused
+    /// ([`Rejection::KeyReused`]).
     pub async fn buy(
-        &self,
+        self: &Arc<Self>,
         user: UserId,
         product_id: ProductId,
         quantity: Quantity,
+        key: Option<IdempotencyKey>,
     ) -> Result<Order, BuyError> {
-        let bought = self.buy_once(user, product_id, quantity).await;
+        let bought = self.buy_once(user, product_id, quantity, key).await;
         let outcome = Outcome::of(&bought);
         outcome.count();
         self.tally.0[outcome as usize].fetch_add(1, Ordering::Relaxed);
-        bought
+        bought.map(|(Bought::New(order) | Bought::Replayed(order))| order)
     }
 
     /// The buy itself, uncounted.
     async fn buy_once(
-        &self,
+        self: &Arc<Self>,
         user: UserId,
         product_id: ProductId,
         quantity: Quantity,
-    ) -> Result<Order, BuyError> {
+        key: Option<IdempotencyKey>,
+    ) -> Result<Bought, BuyError> {
         let entry = self
             .catalog
             .get(product_id)
             .ok_or(BuyError::UnknownProduct)?;
-        if entry.sold_out.load(Ordering::SeqCst) {
+        let sold_out = entry.sold_out.load(Ordering::SeqCst);
+        if sold_out && key.is_none() {
             return Err(Rejection::SoldOut { remaining: 0 }.into());
         }
         let now = self.now();
@@ -65,28 +84,64 @@ impl SaleService {
             paid_at: None,
             cancelled_at: None,
             pay_started_at: None,
+            idempotency_key: key,
         };
-        self.reserve(&order, &entry, now).await?;
+        if sold_out {
+            return self.kept_or_sold_out(&order).await;
+        }
+        if order.idempotency_key.is_some() {
+            return self.decide_keyed(order, entry, now).await;
+        }
+        self.decide(order, &entry, now).await
+    }
+
+    /// The gate's step, then the order made durable: everything of a buy that changes state.
+    pub(super) async fn decide(
+        &self,
+        order: Order,
+        entry: &Entry,
+        now: Millis,
+    ) -> Result<Bought, BuyError> {
+        if let Reserved::Replayed(first) = self.reserve(&order, entry, now).await? {
+            return self.replayed(first).await.map(Bought::Replayed);
+        }
         match self.durability.persist(&order).await {
-            Ok(Persisted::Inserted) => Ok(order),
+            Ok(Persisted::Inserted) => Ok(Bought::New(order)),
             Ok(Persisted::Duplicate) => {
                 // A fresh id already stored: two processes share a Snowflake node id.
                 tracing::error!(order = order.id.0, "order id collision: check node ids");
-                self.give_back(&order).await;
+                self.undo(&order).await;
                 Err(BuyError::Unavailable(anyhow::anyhow!("order id collision")))
             }
             Ok(Persisted::OutOfStock) => {
                 tracing::error!(
-                    product = product_id.0,
+                    product = order.product_id.0,
                     "gate sold what the database does not have"
                 );
-                self.give_back(&order).await;
+                self.undo(&order).await;
                 Err(Rejection::SoldOut { remaining: 0 }.into())
             }
+            Ok(Persisted::KeyTaken) => {
+                // The key is another order's (another product's): the database said so before
+                // the buyer was answered.
+                self.undo(&order).await;
+                Err(Rejection::KeyReused.into())
+            }
             Err(e) => {
-                self.give_back(&order).await;
+                self.undo(&order).await;
                 Err(BuyError::Unavailable(e))
             }
+        }
+    }
+
+    /// Takes back what the gate gave an order that did not become durable: its units, and the
+    /// idempotency key it was kept under, so a retry is decided afresh.
+    async fn undo(&self, order: &Order) {
+        self.give_back(order).await;
+        if order.idempotency_key.is_some()
+            && let Err(e) = self.gate.drop_key(order).await
+        {
+            tracing::error!(order = order.id.0, error = %e, "dropping an idempotency key");
         }
     }
 
@@ -94,7 +149,12 @@ impl SaleService {
     /// the gate does not know was lost by the gate (Redis restarted without its data), or not
     /// preheated yet by the scheduler: it is loaded from the database, the source of truth
     /// (unless another process was first), and the buy tried once more.
-    async fn reserve(&self, order: &Order, entry: &Entry, now: Millis) -> Result<(), BuyError> {
+    async fn reserve(
+        &self,
+        order: &Order,
+        entry: &Entry,
+        now: Millis,
+    ) -> Result<Reserved, BuyError> {
         let mut result = self.gate.reserve(order, now).await;
         if matches!(result, Err(GateError::Rejected(Rejection::NotLoaded)))
             && Self::is_due(&entry.window, now, self.settings.preheat_ms)
@@ -108,7 +168,7 @@ impl SaleService {
             result = self.gate.reserve(order, now).await;
         }
         match result {
-            Ok(_) => Ok(()),
+            Ok(reserved) => Ok(reserved),
             Err(GateError::Rejected(Rejection::NotLoaded)) => {
                 let too_late = now >= entry.window.end;
                 Err(if too_late {
@@ -172,11 +232,15 @@ enum Outcome {
     Ended,
     Paused,
     Unavailable,
+    /// A retry, answered with the order its idempotency key made.
+    Replayed,
+    /// An idempotency key sent again for another buy.
+    KeyReused,
 }
 
 impl Outcome {
     /// Every outcome, in the order of the tally's slots.
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 10] = [
         Self::Accepted,
         Self::UnknownProduct,
         Self::SoldOut,
@@ -185,11 +249,14 @@ impl Outcome {
         Self::Ended,
         Self::Paused,
         Self::Unavailable,
+        Self::Replayed,
+        Self::KeyReused,
     ];
 
-    fn of(bought: &Result<Order, BuyError>) -> Self {
+    fn of(bought: &Result<Bought, BuyError>) -> Self {
         match bought {
-            Ok(_) => Self::Accepted,
+            Ok(Bought::New(_)) => Self::Accepted,
+            Ok(Bought::Replayed(_)) => Self::Replayed,
             Err(BuyError::UnknownProduct) => Self::UnknownProduct,
             Err(BuyError::Rejected(Rejection::SoldOut { .. })) => Self::SoldOut,
             Err(BuyError::Rejected(Rejection::LimitReached)) => Self::LimitReached,
@@ -198,6 +265,7 @@ impl Outcome {
             }
             Err(BuyError::Rejected(Rejection::Ended)) => Self::Ended,
             Err(BuyError::Rejected(Rejection::Paused)) => Self::Paused,
+            Err(BuyError::Rejected(Rejection::KeyReused)) => Self::KeyReused,
             Err(BuyError::Unavailable(_)) => Self::Unavailable,
         }
     }
@@ -213,6 +281,8 @@ impl Outcome {
             Self::Ended => "ended",
             Self::Paused => "paused",
             Self::Unavailable => "unavailable",
+            Self::Replayed => "replayed",
+            Self::KeyReused => "key_reused",
         }
     }
 
@@ -233,6 +303,10 @@ impl Outcome {
             Self::Paused => metrics::counter!("seckill_buys_total", "outcome" => "paused"),
             Self::Unavailable => {
                 metrics::counter!("seckill_buys_total", "outcome" => "unavailable")
+            }
+            Self::Replayed => metrics::counter!("seckill_buys_total", "outcome" => "replayed"),
+            Self::KeyReused => {
+                metrics::counter!("seckill_buys_total", "outcome" => "key_reused")
             }
         };
         counter.increment(1);

@@ -9,6 +9,7 @@ mod controls;
 mod durability;
 mod fleet;
 mod guard;
+mod idempotency;
 mod orders;
 mod overview;
 mod payments;
@@ -27,7 +28,7 @@ pub use reconcile::ProductAudit;
 pub use refunds::{OrderRecord, Refund};
 
 use crate::clock::SharedClock;
-use crate::domain::{Millis, OrderId, Product, ProductId, SaleWindow, UserId};
+use crate::domain::{IdempotencyKey, Millis, OrderId, Product, ProductId, SaleWindow, UserId};
 use crate::gate::{GateError, GateProduct, StockGate};
 use crate::ids::Snowflake;
 use crate::payment::PaymentProvider;
@@ -81,6 +82,8 @@ pub struct SaleService {
     provider: Option<Arc<dyn PaymentProvider>>,
     /// Buys by outcome since the process started.
     tally: buy::BuyTally,
+    /// Keyed buys on their way, which retries answered with their orders wait for.
+    in_flight: idempotency::InFlight,
     fleet: Option<Arc<dyn Fleet>>,
     /// The dashboard's latest reading.
     readings: overview::Readings,
@@ -102,6 +105,7 @@ impl SaleService {
             payments: parts.payments,
             provider: parts.provider,
             tally: buy::BuyTally::default(),
+            in_flight: idempotency::InFlight::default(),
             fleet: parts.fleet,
             readings: overview::Readings::default(),
         });
@@ -192,10 +196,19 @@ impl SaleService {
         // 4. Cancelled orders, after the stock: a cancel in between counts as not returned
         //    yet, and its release is then ignored.
         let released = self.store.cancelled_orders(id).await?;
+        // 5. Orders whose idempotency keys are live, so their retries are answered with them.
+        let since = self.now() - IdempotencyKey::LIFETIME_MS;
+        let mut kept = self.store.keyed_orders(id, since).await?;
         let mut remaining = product.stock;
-        for order in outbox.iter().filter(|order| !stored.contains(&order.id)) {
+        for order in outbox
+            .into_iter()
+            .filter(|order| !stored.contains(&order.id))
+        {
             remaining -= i64::from(order.quantity.get());
             *holdings.entry(order.user_id).or_default() += order.quantity.get();
+            if order.idempotency_key.is_some() && order.created_at > since {
+                kept.push(order);
+            }
         }
         let remaining = remaining.max(0);
         let loaded_now = self
@@ -208,6 +221,7 @@ impl SaleService {
                 per_user_limit: product.per_user_limit,
                 holdings: holdings.into_iter().collect(),
                 released,
+                kept,
             })
             .await?;
         // Loaded by another process first: its count is the live one, sold out or not.

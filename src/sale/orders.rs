@@ -44,6 +44,9 @@ pub enum OrderError {
     /// The payment provider or the paid queue could not be reached.
     #[error("payments are unavailable: {0}")]
     Unavailable(#[source] anyhow::Error),
+    /// The idempotency key named a call for another order or channel within its lifetime.
+    #[error("the idempotency key was used for another request")]
+    KeyReused,
 }
 
 /// A paid trade whose order was still on its way to the database when the provider's word

@@ -16,8 +16,8 @@ pub mod sql;
 pub mod sqlite;
 
 use crate::domain::{
-    Guard, Image, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product, ProductId,
-    SaleEvent, SaleWindow, UserId, Username,
+    Guard, IdempotencyKey, Image, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product,
+    ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
 use async_trait::async_trait;
 use sql::Dialect;
@@ -95,6 +95,11 @@ pub enum Persisted {
     /// The database has no stock left for it: not written. Means the gate and the database
     /// disagree, which the gate's rebuild-from-database rule prevents.
     OutOfStock,
+    /// Placed with an idempotency key that another of its buyer's orders holds within the key's
+    /// lifetime: not written. The gate could not see that order (it was for another product,
+    /// or the gate lost its state); the caller refuses the order if its buyer has not been
+    /// answered yet, or stores it without the key.
+    KeyTaken,
 }
 
 /// An order awaiting payment whose window has closed.
@@ -158,6 +163,18 @@ pub struct AuditEntry {
     pub action: String,
     /// When.
     pub at: Millis,
+}
+
+/// The answer of a pay call made with an idempotency key, kept so a retry gets the same pay URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayAnswer {
+    pub user: UserId,
+    pub key: IdempotencyKey,
+    /// What was asked: this order, through this channel (`page` or `wap`).
+    pub order: OrderId,
+    pub channel: String,
+    pub pay_url: String,
+    pub created_at: Millis,
 }
 
 /// A session ended before its token expires.
@@ -288,6 +305,21 @@ pub trait Store: Send + Sync + 'static {
     async fn paid_units(&self, product: ProductId) -> StoreResult<i64>;
     /// Which of `candidates` are stored.
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>>;
+    /// A product's orders placed with an idempotency key after `since`: a gate rebuilt from
+    /// the database answers their retries too.
+    async fn keyed_orders(&self, product: ProductId, since: Millis) -> StoreResult<Vec<Order>>;
+
+    /// The kept answer of `user`'s pay call with `key`, if any.
+    async fn pay_answer(
+        &self,
+        user: UserId,
+        key: &IdempotencyKey,
+    ) -> StoreResult<Option<PayAnswer>>;
+    /// Keeps a pay call's answer unless one is kept for its user and key already (a retry that
+    /// ran alongside): read it back to answer with the one kept.
+    async fn keep_pay_answer(&self, answer: &PayAnswer) -> StoreResult<()>;
+    /// Drops the pay answers made before `before`, whose keys' lifetime has passed; how many.
+    async fn forget_pay_answers(&self, before: Millis) -> StoreResult<u64>;
 
     /// Keeps an operator's change in the audit log.
     async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()>;

@@ -12,6 +12,7 @@ mod deadlines;
 mod forged_requests;
 mod guards;
 mod helpers;
+mod idempotency;
 mod images;
 mod metrics;
 mod migrate;

@@ -226,7 +226,7 @@ async fn a_payment_for_an_order_still_in_the_outbox_waits_in_the_paid_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buys_batched_together_are_decided_one_by_one() {
     use seckill::domain::{Order, OrderId, ProductId, SaleWindow, UserId};
-    use seckill::gate::{GateError, GateProduct, Rejection, StockGate, redis::RedisGate};
+    use seckill::gate::{GateError, GateProduct, Rejection, Reserved, StockGate, redis::RedisGate};
     use std::collections::{HashMap, HashSet};
 
     let gate = Arc::new(RedisGate::new(redis().await, &fresh_prefix()));
@@ -241,6 +241,7 @@ async fn buys_batched_together_are_decided_one_by_one() {
             per_user_limit: 2,
             holdings: vec![],
             released: vec![],
+            kept: vec![],
         })
         .await
         .unwrap();
@@ -279,13 +280,13 @@ async fn buys_batched_together_are_decided_one_by_one() {
     for task in tasks {
         let (order, answer) = task.await.unwrap();
         match answer {
-            Ok(remaining) => {
+            Ok(Reserved::Taken { remaining }) => {
                 taken.entry(order.product_id).or_default().insert(order.id);
                 *held.entry((order.user_id, order.product_id)).or_default() += 1;
                 left.entry(order.product_id).or_default().push(remaining);
             }
             Err(GateError::Rejected(Rejection::LimitReached | Rejection::SoldOut { .. })) => {}
-            Err(other) => panic!("order {}: {other:?}", order.id.0),
+            other => panic!("order {}: {other:?}", order.id.0),
         }
     }
     assert!(held.values().all(|&units| units <= 2), "{held:?}");

@@ -5,11 +5,13 @@
 //! batch grows to what arrived during one round trip. The script decides each buy as if it ran
 //! alone, in arrival order, so batching changes no answer.
 
+use super::idempotency;
 use super::keys::Keys;
 use super::lua::{RESERVE, unavailable};
 use crate::domain::{Millis, Order, ProductId};
-use crate::gate::{GateError, Rejection};
+use crate::gate::{GateError, Rejection, Reserved};
 use crate::redis_link::RedisLink;
+use redis::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -19,19 +21,21 @@ use tokio::sync::{mpsc, oneshot};
 /// at a time) and its argument list.
 const MAX_BUYS: usize = 128;
 
-/// A buy waiting for its batch: the script's four arguments for it, and where its answer goes.
-/// The order is encoded by its buyer's own task, not by the product's one batch task, which
-/// every buy of the product passes through.
+/// A buy waiting for its batch: the script's arguments for it, and where its answer goes. The
+/// order is encoded by its buyer's own task, not by the product's one batch task, which every
+/// buy of the product passes through.
 struct Pending {
     user: i64,
     units: u32,
     now: Millis,
     encoded: String,
-    answer: oneshot::Sender<Result<i64, GateError>>,
+    /// Its field in the product's `kept` hash, for a buy with an idempotency key.
+    kept_as: Option<String>,
+    answer: oneshot::Sender<Result<Reserved, GateError>>,
 }
 
 /// Where a buy's answer arrives.
-type Answered = oneshot::Receiver<Result<i64, GateError>>;
+type Answered = oneshot::Receiver<Result<Reserved, GateError>>;
 
 impl Pending {
     /// `order`, bought at `now`, ready to join a batch; and where its answer will arrive.
@@ -42,6 +46,10 @@ impl Pending {
             units: order.quantity.get(),
             now,
             encoded: order.encode(),
+            kept_as: order
+                .idempotency_key
+                .as_ref()
+                .map(|key| idempotency::field(order, key)),
             answer,
         };
         (pending, answered)
@@ -70,7 +78,7 @@ impl ReserveBatches {
     /// Runs the reserve script for `order` within a batch; returns the units left, as
     /// [`StockGate::reserve`](crate::gate::StockGate::reserve) does. Must be called within a
     /// Tokio runtime.
-    pub async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
+    pub async fn reserve(&self, order: &Order, now: Millis) -> Result<Reserved, GateError> {
         let (pending, answered) = Pending::of(order, now);
         let stopped = || GateError::Unavailable(anyhow::anyhow!("the stock gate is shutting down"));
         self.queue_of(order.product_id)
@@ -128,7 +136,9 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec
     let expected = 2 * batch.len();
     for (i, pending) in batch.into_iter().enumerate() {
         let answer = match &answers {
-            Ok(answers) if answers.len() == expected => decode(answers[2 * i], answers[2 * i + 1]),
+            Ok(answers) if answers.len() == expected => {
+                decode(&answers[2 * i], &answers[2 * i + 1])
+            }
             Ok(answers) => Err(GateError::Unavailable(anyhow::anyhow!(
                 "reserve script answered {} values for {expected}",
                 answers.len()
@@ -143,29 +153,42 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec
 /// Runs the reserve script over `batch` and returns its flat answers. The `EVALSHA` command is
 /// built in one buffer, where `redis::ScriptInvocation` makes every argument a `Vec` of its own
 /// and copies it into the command afterwards. As `ScriptInvocation` does, a server that does not
-/// know the script (restarted, failed over) is sent it, then the call again.
+/// know the script (restarted, failed over) is sent it, then the call again. Only a batch with a
+/// buy that has an idempotency key names the `kept` hash and gives each buy its field there: a
+/// batch without one is sent as it was before keys existed.
 async fn run_reserve(
     redis: &mut RedisLink,
     keys: &Keys,
     call: u64,
     batch: &[Pending],
-) -> redis::RedisResult<Vec<i64>> {
-    let bytes: usize = batch.iter().map(|pending| 40 + pending.encoded.len()).sum();
-    let mut command = redis::Cmd::with_capacity(7 + 4 * batch.len(), 256 + bytes);
+) -> redis::RedisResult<Vec<Value>> {
+    let keyed = batch.iter().any(|pending| pending.kept_as.is_some());
+    let per_buy = if keyed { 5 } else { 4 };
+    let bytes: usize = batch
+        .iter()
+        .map(|pending| 40 + pending.encoded.len() + pending.kept_as.as_ref().map_or(0, String::len))
+        .sum();
+    let mut command = redis::Cmd::with_capacity(8 + per_buy * batch.len(), 256 + bytes);
     command
         .arg("EVALSHA")
         .arg(RESERVE.get_hash())
-        .arg(4)
+        .arg(if keyed { 5 } else { 4 })
         .arg(&keys.sale)
         .arg(&keys.buyers)
         .arg(&keys.outbox)
         .arg(keys.replay(call));
+    if keyed {
+        command.arg(&keys.kept);
+    }
     for pending in batch {
         command
             .arg(pending.user)
             .arg(pending.units)
             .arg(pending.now)
             .arg(&pending.encoded);
+        if keyed {
+            command.arg(pending.kept_as.as_deref().unwrap_or(""));
+        }
     }
     match command.query_async(redis).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
@@ -176,21 +199,43 @@ async fn run_reserve(
     }
 }
 
-/// One buy's `{code, remaining}` from the script, as the gate's answer.
-fn decode(code: i64, remaining: i64) -> Result<i64, GateError> {
+/// One buy's `{code, remaining}` (or `{1, order}`) from the script, as the gate's answer.
+fn decode(code: &Value, second: &Value) -> Result<Reserved, GateError> {
+    let odd = || {
+        GateError::Unavailable(anyhow::anyhow!(
+            "reserve script answered {code:?}, {second:?}"
+        ))
+    };
+    let (Value::Int(code), remaining) = (code, second) else {
+        return Err(odd());
+    };
+    let remaining = || match remaining {
+        Value::Int(remaining) => Ok(*remaining),
+        _ => Err(odd()),
+    };
     let rejection = match code {
-        0 => return Ok(remaining),
+        0 => {
+            return Ok(Reserved::Taken {
+                remaining: remaining()?,
+            });
+        }
+        1 => {
+            let Value::BulkString(order) = second else {
+                return Err(odd());
+            };
+            let order = Order::decode(order).map_err(|e| GateError::Unavailable(e.into()))?;
+            return Ok(Reserved::Replayed(order));
+        }
         -1 => Rejection::NotLoaded,
         -2 => Rejection::NotStarted,
         -3 => Rejection::Ended,
         -4 => Rejection::LimitReached,
-        -5 => Rejection::SoldOut { remaining },
+        -5 => Rejection::SoldOut {
+            remaining: remaining()?,
+        },
         -6 => Rejection::Paused,
-        other => {
-            return Err(GateError::Unavailable(anyhow::anyhow!(
-                "reserve script answered {other}"
-            )));
-        }
+        -7 => Rejection::KeyReused,
+        _ => return Err(odd()),
     };
     Err(rejection.into())
 }
@@ -198,7 +243,9 @@ fn decode(code: i64, remaining: i64) -> Result<i64, GateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Money, OrderId, OrderStatus, Quantity, SaleWindow, UserId};
+    use crate::domain::{
+        IdempotencyKey, Money, OrderId, OrderStatus, Quantity, SaleWindow, UserId,
+    };
     use crate::gate::redis::RedisGate;
     use crate::gate::{GateProduct, StockGate};
 
@@ -220,19 +267,130 @@ mod tests {
             paid_at: None,
             cancelled_at: None,
             pay_started_at: None,
+            idempotency_key: None,
         }
     }
 
-    /// Runs `orders` as reserve call `call`; each buy's answer, errors by name.
+    /// `order(id, user)` for `units`, placed with idempotency key `key`.
+    fn keyed(id: i64, user: i64, units: i64, key: &str) -> Order {
+        let price = Money::from_cents(100).unwrap();
+        Order {
+            quantity: Quantity::parse(units).unwrap(),
+            total: price.times(units as u32),
+            idempotency_key: Some(IdempotencyKey::parse(key).unwrap()),
+            ..order(id, user)
+        }
+    }
+
+    /// Runs `orders` as reserve call `call`; each buy's answer, errors by name, a replay by the
+    /// id of the order it answers with.
     async fn run(redis: &mut RedisLink, keys: &Keys, call: u64, orders: &[Order]) -> Vec<String> {
         let (batch, answers): (Vec<_>, Vec<_>) =
             orders.iter().map(|order| Pending::of(order, NOW)).unzip();
         reserve_batch(redis, keys, call, batch).await;
         let mut decided = Vec::new();
         for answered in answers {
-            decided.push(format!("{:?}", answered.await.unwrap()));
+            decided.push(match answered.await.unwrap() {
+                Ok(Reserved::Replayed(first)) => format!("Replayed({})", first.id),
+                other => format!("{other:?}"),
+            });
         }
         decided
+    }
+
+    #[tokio::test]
+    async fn a_key_is_kept_with_its_order_in_the_step_that_takes_the_units() {
+        let mut redis = crate::redis_link::test_link().await;
+        let prefix = format!("seckill-unit:{}:keyed:", std::process::id());
+        let gate = RedisGate::new(redis.clone(), &prefix);
+        let product = GateProduct {
+            id: ProductId(1),
+            window: SaleWindow::new(NOW - 1_000, NOW + 60_000).unwrap(),
+            paused: false,
+            remaining: 3,
+            per_user_limit: 2,
+            holdings: vec![],
+            released: vec![],
+            kept: vec![],
+        };
+        gate.load(product.clone()).await.unwrap();
+        let keys = Keys::of(&prefix, ProductId(1));
+
+        // One call: a buy with key `a`, its retry (which replays it), the key with another
+        // quantity (refused), and a buy without a key.
+        let first = [
+            keyed(1, 7, 1, "a"),
+            keyed(2, 7, 1, "a"),
+            keyed(3, 7, 2, "a"),
+            order(4, 8),
+        ];
+        let answers = run(&mut redis, &keys, 1, &first).await;
+        assert_eq!(
+            answers,
+            [
+                "Ok(Taken { remaining: 2 })",
+                "Replayed(1)",
+                "Err(Rejected(KeyReused))",
+                "Ok(Taken { remaining: 1 })"
+            ]
+        );
+        // The call sent again answers the same, replays included.
+        assert_eq!(run(&mut redis, &keys, 1, &first).await, answers);
+        // A retry in a later call (another server's), and the sale closed meanwhile: the same
+        // order, as encoded, and nothing taken.
+        gate.set_paused(ProductId(1), true).await.unwrap();
+        assert_eq!(
+            run(&mut redis, &keys, 2, &[keyed(5, 7, 1, "a")]).await,
+            ["Replayed(1)"]
+        );
+        assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(1));
+        assert_eq!(
+            gate.outbox(ProductId(1)).await.unwrap(),
+            [keyed(1, 7, 1, "a"), order(4, 8)]
+        );
+        assert_eq!(
+            gate.kept(&keyed(6, 7, 1, "a")).await.unwrap(),
+            Some(keyed(1, 7, 1, "a"))
+        );
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&keys.kept)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(ttl > IdempotencyKey::LIFETIME_MS - 60_000, "{ttl}");
+
+        // The gate rebuilt from the database (forgotten, loaded with its kept orders) still
+        // replays; a key dropped with its order (never made durable) is decided afresh.
+        gate.forget(ProductId(1)).await.unwrap();
+        let rebuilt = GateProduct {
+            remaining: 1,
+            holdings: vec![(UserId(7), 1), (UserId(8), 1)],
+            kept: vec![keyed(1, 7, 1, "a")],
+            ..product
+        };
+        gate.load(rebuilt).await.unwrap();
+        let retry = [keyed(7, 7, 1, "a"), keyed(8, 8, 1, "b")];
+        assert_eq!(
+            run(&mut redis, &keys, 3, &retry).await,
+            ["Replayed(1)", "Ok(Taken { remaining: 0 })"]
+        );
+        gate.release(&keyed(8, 8, 1, "b")).await.unwrap();
+        gate.drop_key(&keyed(8, 8, 1, "b")).await.unwrap();
+        assert_eq!(gate.kept(&keyed(9, 8, 1, "b")).await.unwrap(), None);
+        assert_eq!(
+            run(&mut redis, &keys, 4, &[keyed(9, 8, 1, "b")]).await,
+            ["Ok(Taken { remaining: 0 })"]
+        );
+
+        let _: () = redis::cmd("DEL")
+            .arg(&keys.outbox)
+            .arg(keys.replay(1))
+            .arg(keys.replay(3))
+            .arg(keys.replay(4))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        gate.forget(ProductId(1)).await.unwrap();
     }
 
     #[tokio::test]
@@ -248,6 +406,7 @@ mod tests {
             per_user_limit: 1,
             holdings: vec![],
             released: vec![],
+            kept: vec![],
         };
         gate.load(product).await.unwrap();
         let keys = Keys::of(&prefix, ProductId(1));
@@ -261,7 +420,14 @@ mod tests {
         // User 7's second order is over the per-user limit.
         let first = [order(1, 7), order(2, 7), order(3, 8)];
         let answers = run(&mut redis, &keys, 42, &first).await;
-        assert_eq!(answers, ["Ok(2)", "Err(Rejected(LimitReached))", "Ok(1)"]);
+        assert_eq!(
+            answers,
+            [
+                "Ok(Taken { remaining: 2 })",
+                "Err(Rejected(LimitReached))",
+                "Ok(Taken { remaining: 1 })"
+            ]
+        );
         // The client sends the same call again (its reply timed out): the same answers, and
         // nothing more taken or appended.
         assert_eq!(run(&mut redis, &keys, 42, &first).await, answers);
@@ -273,7 +439,10 @@ mod tests {
         let answers = run(&mut redis, &keys, 43, &next).await;
         assert_eq!(
             answers,
-            ["Ok(0)", "Err(Rejected(SoldOut { remaining: 0 }))"]
+            [
+                "Ok(Taken { remaining: 0 })",
+                "Err(Rejected(SoldOut { remaining: 0 }))"
+            ]
         );
 
         let _: () = redis::cmd("DEL")
@@ -299,6 +468,7 @@ mod tests {
             per_user_limit: 1,
             holdings: vec![],
             released: vec![],
+            kept: vec![],
         };
         gate.load(product).await.unwrap();
         let keys = Keys::of(&prefix, ProductId(1));
@@ -310,7 +480,10 @@ mod tests {
         assert!(gate.outbox(ProductId(1)).await.unwrap().is_empty());
 
         gate.set_paused(ProductId(1), false).await.unwrap();
-        assert_eq!(run(&mut redis, &keys, 2, &buys).await, ["Ok(2)", "Ok(1)"]);
+        assert_eq!(
+            run(&mut redis, &keys, 2, &buys).await,
+            ["Ok(Taken { remaining: 2 })", "Ok(Taken { remaining: 1 })"]
+        );
         gate.set_paused(ProductId(1), true).await.unwrap();
         let later = [order(3, 9)];
         assert_eq!(

@@ -1,7 +1,8 @@
 //! The Redis keys of one product, shared by the gate's scripts and the outbox's readers. They
-//! share the hash tag `{p:ID}`, so a product's scripts run on one shard of a cluster.
+//! share the hash tag `{p:ID}`, so a product's scripts run on one shard of a cluster. And a
+//! buyer's claim on an idempotency key, under the buyer's own hash tag.
 
-use crate::domain::ProductId;
+use crate::domain::{IdempotencyKey, ProductId, UserId};
 
 /// The keys of one product.
 pub(super) struct Keys {
@@ -10,6 +11,8 @@ pub(super) struct Keys {
     pub released: String,
     pub outbox: String,
     pub dead: String,
+    /// The orders placed with an idempotency key, by buyer and key.
+    pub kept: String,
     /// What every replay key starts with (see [`Keys::replay`]).
     replays: String,
 }
@@ -24,6 +27,7 @@ impl Keys {
             released: format!("{base}:released"),
             outbox: format!("{base}:outbox"),
             dead: format!("{base}:dead"),
+            kept: format!("{base}:kept"),
             replays: format!("{base}:replay:"),
         }
     }
@@ -32,4 +36,9 @@ impl Keys {
     pub fn replay(&self, call: u64) -> String {
         format!("{}{call:016x}", self.replays)
     }
+}
+
+/// The key of `user`'s claim on idempotency key `key` under `prefix`.
+pub(super) fn claim(prefix: &str, user: UserId, key: &IdempotencyKey) -> String {
+    format!("{prefix}{{u:{}}}:key:{key}", user.0)
 }

@@ -13,6 +13,8 @@ pub(super) static LOAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/load.lua")));
 pub(super) static UPDATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/update.lua")));
+pub(super) static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/claim.lua")));
 
 pub(super) static ACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/ack.lua")));

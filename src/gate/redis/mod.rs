@@ -13,17 +13,21 @@
 //! - `PREFIX{p:ID}:replay:CALL`: the answers of a reserve call that took stock, kept a minute,
 //!   so the same call re-sent by the client (a cluster connection retries a timed-out reply)
 //!   answers as it did instead of taking the stock twice
+//! - `PREFIX{p:ID}:kept`: hash of `USER:KEY` → the order placed with that idempotency key, and
+//!   `PREFIX{u:USER}:key:KEY`: the buyer's claim on the key (see [`idempotency`])
 
 mod batch;
+mod idempotency;
 mod keys;
 mod lua;
 pub mod outbox;
 
-use crate::domain::{Millis, Order, ProductId, SaleWindow};
-use crate::gate::{GateAudit, GateError, GateProduct, Rejection, StockGate};
+use crate::domain::{IdempotencyKey, Millis, Order, ProductId, SaleWindow};
+use crate::gate::{GateAudit, GateError, GateProduct, Rejection, Reserved, StockGate};
 use crate::redis_link::RedisLink;
 use async_trait::async_trait;
 use batch::ReserveBatches;
+use idempotency::{Claim, KeyClaim};
 use keys::Keys;
 use lua::{LOAD, RELEASE, UPDATE, unavailable};
 use redis::streams::StreamId;
@@ -65,6 +69,30 @@ impl RedisGate {
         } else {
             Err(Rejection::NotLoaded.into())
         }
+    }
+
+    /// A buy with an idempotency key: the buyer's claim on the key first, so a key sent for
+    /// another product is refused, then the product's script, which answers a retry with its
+    /// order or decides the buy. A refusal frees the claim (see [`idempotency`]).
+    async fn reserve_keyed(
+        &self,
+        order: &Order,
+        key: &IdempotencyKey,
+        now: Millis,
+    ) -> Result<Reserved, GateError> {
+        let mut redis = self.redis.clone();
+        let claim = KeyClaim::of(&self.prefix, order, key);
+        let claimed = claim.make(&mut redis).await?;
+        if claimed == Claim::Foreign {
+            return Err(Rejection::KeyReused.into());
+        }
+        let decided = self.batches.reserve(order, now).await;
+        match (&decided, claimed) {
+            (Err(GateError::Rejected(_)), Claim::Mine) => claim.free(&mut redis).await,
+            (Ok(Reserved::Taken { .. }), Claim::Shared) => claim.hold(&mut redis).await,
+            _ => {}
+        }
+        decided
     }
 }
 
@@ -109,6 +137,7 @@ impl StockGate for RedisGate {
         let mut call = LOAD.key(keys.sale);
         call.key(keys.buyers)
             .key(keys.released)
+            .key(keys.kept)
             .arg(p.remaining)
             .arg(p.window.start)
             .arg(p.window.end)
@@ -118,8 +147,15 @@ impl StockGate for RedisGate {
         for (user, units) in &p.holdings {
             call.arg(user.0).arg(*units);
         }
+        call.arg(p.released.len());
         for order in &p.released {
             call.arg(order.0);
+        }
+        for order in &p.kept {
+            if let Some(key) = &order.idempotency_key {
+                call.arg(idempotency::field(order, key))
+                    .arg(idempotency::kept_value(order, &order.encode()));
+            }
         }
         let loaded_now: i64 = call
             .invoke_async(&mut self.redis.clone())
@@ -142,8 +178,41 @@ impl StockGate for RedisGate {
         self.update(id, &[i64::from(paused)], "pause").await
     }
 
-    async fn reserve(&self, order: &Order, now: Millis) -> Result<i64, GateError> {
-        self.batches.reserve(order, now).await
+    async fn reserve(&self, order: &Order, now: Millis) -> Result<Reserved, GateError> {
+        match &order.idempotency_key {
+            None => self.batches.reserve(order, now).await,
+            Some(key) => self.reserve_keyed(order, key, now).await,
+        }
+    }
+
+    async fn kept(&self, order: &Order) -> Result<Option<Order>, GateError> {
+        let Some(key) = &order.idempotency_key else {
+            return Ok(None);
+        };
+        let value: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(self.keys(order.product_id).kept)
+            .arg(idempotency::field(order, key))
+            .query_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(value.and_then(|value| idempotency::kept_order(&value, order.created_at)))
+    }
+
+    async fn drop_key(&self, order: &Order) -> Result<(), GateError> {
+        let Some(key) = &order.idempotency_key else {
+            return Ok(());
+        };
+        let mut redis = self.redis.clone();
+        let _dropped: i64 = redis::cmd("HDEL")
+            .arg(self.keys(order.product_id).kept)
+            .arg(idempotency::field(order, key))
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        KeyClaim::of(&self.prefix, order, key)
+            .free(&mut redis)
+            .await;
+        Ok(())
     }
 
     async fn release(&self, order: &Order) -> Result<(), GateError> {
@@ -204,6 +273,7 @@ impl StockGate for RedisGate {
             .arg(keys.sale)
             .arg(keys.buyers)
             .arg(keys.released)
+            .arg(keys.kept)
             .query_async(&mut self.redis.clone())
             .await
             .map_err(unavailable)

@@ -7,7 +7,7 @@ use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
-use crate::http::extract::CurrentUser;
+use crate::http::extract::{CurrentUser, IdempotencyKeyHeader};
 use crate::payment::Channel;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -40,13 +40,15 @@ struct PlaceOrder {
     path = "/api/v1/orders",
     tag = "orders",
     summary = "Buy: place an order",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Your name for this buy (1-64 printable ASCII characters without spaces, e.g. a UUID), so it can be retried safely: for a day, the same key from you gets the order the first buy made, as it is now, and no second order")),
     request_body = PlaceOrder,
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
-        (status = 202, description = "The order is taken and durable; pay it before `pay_before`", body = OrderView),
+        (status = 202, description = "The order is taken and durable; pay it before `pay_before`. A retry with the same `Idempotency-Key` gets the same order, as it is now", body = OrderView),
+        (status = 400, description = "`invalid_idempotency_key`: the `Idempotency-Key` header is malformed (or sent twice)", body = ErrorBody),
         (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended (or an operator ended it early); `sale_paused`: an operator paused buying of the product, try again later; `buy_token_required`: the sale is guarded and the buy carries no `buy_token`; `invalid_buy_token`: the buy token is not this buyer's for this product, is forged or has expired", body = ErrorBody),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
-        (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for", body = ErrorBody),
+        (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for; `idempotency_key_reused`: this `Idempotency-Key` was used for another buy (another product or quantity)", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests from this address or this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again", body = ErrorBody),
@@ -56,6 +58,7 @@ async fn place_order(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     user: CurrentUser,
+    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     AppJson(body): AppJson<PlaceOrder>,
 ) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
     state.limits.check_ip(ip)?;
@@ -66,7 +69,7 @@ async fn place_order(
     guard::check_buy(&state, user.id, ProductId(body.product_id), token)?;
     let order = state
         .sale
-        .buy(user.id, ProductId(body.product_id), quantity)
+        .buy(user.id, ProductId(body.product_id), quantity, key)
         .await?;
     Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(order))))
 }
@@ -139,14 +142,17 @@ struct PayView {
     path = "/api/v1/orders/{id}/pay",
     tag = "orders",
     summary = "Get the signed URL at which to pay an order",
-    params(("id" = i64, Path, description = "The order's id")),
+    params(
+        ("id" = i64, Path, description = "The order's id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Your name for this call (1-64 printable ASCII characters without spaces), so it can be retried safely: for a day, the same key from you gets the first call's answer, the same pay URL"),
+    ),
     request_body = Option<PayBody>,
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
-        (status = 200, description = "Where to pay; the order is paid when the provider's notification arrives", body = PayView),
-        (status = 400, description = "`malformed_json`: the body is not JSON", body = ErrorBody),
+        (status = 200, description = "Where to pay; the order is paid when the provider's notification arrives. A retry with the same `Idempotency-Key` gets the same answer", body = PayView),
+        (status = 400, description = "`malformed_json`: the body is not JSON; `invalid_idempotency_key`: the `Idempotency-Key` header is malformed (or sent twice)", body = ErrorBody),
         (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
-        (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid; `order_cancelled`: the order was cancelled; `payment_window_closed`: the payment window has closed", body = ErrorBody),
+        (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid; `order_cancelled`: the order was cancelled; `payment_window_closed`: the payment window has closed; `idempotency_key_reused`: this `Idempotency-Key` was used for another order or channel", body = ErrorBody),
         (status = 422, description = "`invalid_body`: an unknown field or channel", body = ErrorBody),
         (status = 503, description = "`payments_not_configured`: this server takes no payments; `payments_unavailable`: the provider cannot be reached, retry after the `Retry-After` seconds", body = ErrorBody),
     )
@@ -155,6 +161,7 @@ async fn pay(
     State(state): State<AppState>,
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
+    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: Bytes,
 ) -> Result<AppJson<PayView>, ApiError> {
     let PayBody { channel } = if body.iter().all(u8::is_ascii_whitespace) {
@@ -162,7 +169,10 @@ async fn pay(
     } else {
         Json::<PayBody>::from_bytes(&body)?.0
     };
-    let link = state.sale.pay(user.id, OrderId(id), channel).await?;
+    let link = state
+        .sale
+        .pay_with_key(user.id, OrderId(id), channel, key)
+        .await?;
     Ok(AppJson(PayView {
         order_id: link.order_id,
         provider: link.provider,

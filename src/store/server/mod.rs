@@ -8,16 +8,16 @@ mod retry;
 
 use super::sql::rows::{self, new_order_columns};
 use super::sql::{
-    self, AnyQuery, CANCEL_ORDER, CANCEL_PAID_ORDER, Dialect, INSERT_ROWS, MARK_PAID, ORDER,
-    ORDERS_OF_USER, RETURN_STOCK, TAKE_STOCK, Tables, query, units_of,
+    self, AnyQuery, CANCEL_ORDER, CANCEL_PAID_ORDER, Dialect, FREE_KEY, INSERT_ROWS, MARK_PAID,
+    ORDER, ORDERS_OF_USER, RETURN_STOCK, TAKE_STOCK, Tables, query, settle_keys, units_of,
 };
 use super::{
-    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PaymentRecord, Persisted,
+    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord, Persisted,
     ProductPatch, RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Guard, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow,
-    UserId, Username,
+    Guard, IdempotencyKey, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent,
+    SaleWindow, UserId, Username,
 };
 use async_trait::async_trait;
 use retry::retry_conflicts;
@@ -46,6 +46,7 @@ struct OrderStatements {
     cancel_order: Arc<str>,
     cancel_paid_order: Arc<str>,
     return_stock: Arc<str>,
+    free_key: Arc<str>,
 }
 
 impl OrderStatements {
@@ -59,6 +60,7 @@ impl OrderStatements {
             cancel_order: sql(CANCEL_ORDER),
             cancel_paid_order: sql(CANCEL_PAID_ORDER),
             return_stock: sql(RETURN_STOCK),
+            free_key: sql(FREE_KEY),
         }
     }
 }
@@ -94,18 +96,28 @@ impl ServerStore {
     /// One batch in one transaction, with a handful of statements whatever its size: which
     /// ids are stored already (redeliveries), one guarded stock update per product for all of
     /// its new orders (order by order only when a product cannot cover the whole batch), then
-    /// multi-row inserts. A concurrent writer storing one of these ids first makes an insert
-    /// fail on the key; the whole batch is then tried again and sees it as stored.
+    /// multi-row inserts. A concurrent writer storing one of these ids (or idempotency keys)
+    /// first makes an insert fail on the key; the whole batch is then tried again and sees it
+    /// as stored.
     async fn try_insert_orders(&self, orders: &[Order]) -> StoreResult<Vec<Persisted>> {
         let mut tx = self.tables.writer().begin().await?;
         let ids: Vec<OrderId> = orders.iter().map(|o| o.id).collect();
         let stored = self.tables.stored_ids(&mut tx, &ids).await?;
         let mut seen: HashSet<OrderId> = stored.into_iter().collect();
         let mut outcomes = vec![Persisted::Duplicate; orders.len()];
-        let mut by_product: BTreeMap<ProductId, Vec<usize>> = BTreeMap::new();
+        let mut fresh = Vec::with_capacity(orders.len());
         for (i, order) in orders.iter().enumerate() {
             if seen.insert(order.id) {
-                by_product.entry(order.product_id).or_default().push(i);
+                fresh.push(i);
+            }
+        }
+        for i in self.settle_keys(&mut tx, orders, &fresh).await? {
+            outcomes[fresh[i]] = Persisted::KeyTaken;
+        }
+        let mut by_product: BTreeMap<ProductId, Vec<usize>> = BTreeMap::new();
+        for &i in &fresh {
+            if outcomes[i] != Persisted::KeyTaken {
+                by_product.entry(orders[i].product_id).or_default().push(i);
             }
         }
         let mut new = Vec::with_capacity(orders.len());
@@ -141,7 +153,12 @@ impl ServerStore {
                     .bind(o.total.cents())
                     .bind(o.status.as_str())
                     .bind(o.created_at)
-                    .bind(o.pay_before);
+                    .bind(o.pay_before)
+                    .bind(
+                        o.idempotency_key
+                            .as_ref()
+                            .map(|key| key.as_str().to_owned()),
+                    );
                 outcomes[i] = Persisted::Inserted;
             }
             insert.execute(&mut *tx).await?;
@@ -150,9 +167,33 @@ impl ServerStore {
         Ok(outcomes)
     }
 
+    /// Sees to the idempotency keys of the new orders `orders[fresh[..]]` (see
+    /// [`settle_keys`]): which of them (indexes into `fresh`) find their key held by another
+    /// order. A batch without keys reads nothing.
+    async fn settle_keys(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        orders: &[Order],
+        fresh: &[usize],
+    ) -> StoreResult<Vec<usize>> {
+        let new: Vec<&Order> = fresh.iter().map(|&i| &orders[i]).collect();
+        if new.iter().all(|o| o.idempotency_key.is_none()) {
+            return Ok(Vec::new());
+        }
+        let holders = self.tables.key_holders(tx, &new).await?;
+        let (taken, expired) = settle_keys(new, holders);
+        for id in expired {
+            query(&self.sql.free_key)
+                .bind(id.0)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(taken)
+    }
+
     /// An insert of `rows` new orders in one statement.
     fn insert_orders_statement(&self, rows: usize) -> AnyQuery<'static> {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
         let text = format!(
             concat!("INSERT INTO orders (", new_order_columns!(), ") VALUES {}"),
             values
@@ -403,6 +444,26 @@ impl Store for ServerStore {
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         self.tables.stored_among(candidates).await
+    }
+
+    async fn keyed_orders(&self, product: ProductId, since: Millis) -> StoreResult<Vec<Order>> {
+        self.tables.keyed_orders(product, since).await
+    }
+
+    async fn pay_answer(
+        &self,
+        user: UserId,
+        key: &IdempotencyKey,
+    ) -> StoreResult<Option<PayAnswer>> {
+        self.tables.pay_answer(user, key).await
+    }
+
+    async fn keep_pay_answer(&self, answer: &PayAnswer) -> StoreResult<()> {
+        self.tables.keep_pay_answer(answer).await
+    }
+
+    async fn forget_pay_answers(&self, before: Millis) -> StoreResult<u64> {
+        self.tables.forget_pay_answers(before).await
     }
 
     async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {

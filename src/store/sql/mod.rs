@@ -12,18 +12,19 @@ pub(super) mod rows;
 pub use dialect::Dialect;
 
 use super::{
-    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PaymentRecord, ProductPatch,
-    RevokedSession, StoreResult, UserRecord,
+    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord,
+    ProductPatch, RevokedSession, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Guard, Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product,
-    ProductId, SaleEvent, SaleWindow, UserId, Username,
+    Guard, IdempotencyKey, Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, OrderStatus,
+    Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
 use rows::{order_columns, product_columns};
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Executor, Row};
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 // Statements of orders that SQLite's own connections run as they are and the database
@@ -51,8 +52,52 @@ pub(super) const ORDERS_OF_USER: &str = concat!(
     order_columns!(),
     " FROM orders WHERE user_id = ? ORDER BY created_at DESC, id DESC"
 );
-/// Rows per multi-row statement: 10 parameters each stays under every driver's limit.
+/// Rows per multi-row statement: 11 parameters each stays under every driver's limit.
 pub(super) const INSERT_ROWS: usize = 500;
+/// The order holding a buyer's idempotency key, and when it was made.
+pub(super) const KEY_HOLDER: &str =
+    "SELECT id, created_at FROM orders WHERE user_id = ? AND idempotency_key = ?";
+/// Takes an idempotency key whose lifetime has passed from the order that held it.
+pub(super) const FREE_KEY: &str = "UPDATE orders SET idempotency_key = NULL WHERE id = ?";
+
+/// The order holding each (buyer, idempotency key), and when it was made.
+pub(super) type KeyHolders = HashMap<(UserId, String), (OrderId, Millis)>;
+
+/// What a batch of new orders does with their idempotency keys, given who holds them before
+/// the batch: the orders (by index) whose key another order holds within its lifetime, not to
+/// be written, and the orders whose keys' lifetime has passed, to lose them to the new ones
+/// first. Orders of the batch count as holders for those after them; an order holding its own
+/// key is stored already (a redelivery).
+pub(super) fn settle_keys<'a>(
+    orders: impl IntoIterator<Item = &'a Order>,
+    mut holders: KeyHolders,
+) -> (Vec<usize>, Vec<OrderId>) {
+    let (mut taken, mut expired) = (Vec::new(), Vec::new());
+    for (i, order) in orders.into_iter().enumerate() {
+        let Some(key) = &order.idempotency_key else {
+            continue;
+        };
+        let mine = (order.id, order.created_at);
+        match holders.entry((order.user_id, key.as_str().to_owned())) {
+            Entry::Vacant(free) => {
+                free.insert(mine);
+            }
+            Entry::Occupied(mut held) => {
+                let (holder, made_at) = *held.get();
+                if holder == order.id {
+                    continue;
+                }
+                if IdempotencyKey::is_live(made_at, order.created_at) {
+                    taken.push(i);
+                } else {
+                    expired.push(holder);
+                    held.insert(mine);
+                }
+            }
+        }
+    }
+    (taken, expired)
+}
 
 /// Units of an order, as the database counts them.
 pub(super) fn units_of(order: &Order) -> i64 {
@@ -144,6 +189,10 @@ struct Statements {
     insert_image: Arc<str>,
     image: Arc<str>,
     image_ids: Arc<str>,
+    keyed_orders: Arc<str>,
+    pay_answer: Arc<str>,
+    insert_pay_answer: Arc<str>,
+    forget_pay_answers: Arc<str>,
 }
 
 impl Statements {
@@ -267,6 +316,22 @@ impl Statements {
             )),
             image: sql("SELECT content_type, content FROM images WHERE id = ?"),
             image_ids: sql("SELECT id FROM images LIMIT ?"),
+            keyed_orders: sql(concat!(
+                "SELECT ",
+                order_columns!(),
+                " FROM orders WHERE product_id = ? AND idempotency_key IS NOT NULL \
+                 AND created_at > ?"
+            )),
+            pay_answer: sql(
+                "SELECT order_id, channel, pay_url, created_at FROM pay_answers \
+                 WHERE user_id = ? AND idempotency_key = ?",
+            ),
+            insert_pay_answer: sql(&d.insert_new(
+                "pay_answers (user_id, idempotency_key, order_id, channel, pay_url, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
+                "user_id, idempotency_key",
+            )),
+            forget_pay_answers: sql("DELETE FROM pay_answers WHERE created_at < ?"),
         }
     }
 }
@@ -801,6 +866,105 @@ impl Tables {
             stored.extend(ids_of(&select.fetch_all(&mut *conn).await?)?);
         }
         Ok(stored)
+    }
+
+    /// Who holds the idempotency keys of `orders` (those without a key are left out), seen
+    /// from `conn`, inside the transaction that stores them.
+    pub async fn key_holders(
+        &self,
+        conn: &mut AnyConnection,
+        orders: &[&Order],
+    ) -> StoreResult<KeyHolders> {
+        let mut holders = KeyHolders::new();
+        let keyed: Vec<(UserId, &str)> = orders
+            .iter()
+            .filter_map(|o| Some((o.user_id, o.idempotency_key.as_ref()?.as_str())))
+            .collect();
+        // Buyers and keys each in a list: the pairs' index on (user_id, idempotency_key) finds
+        // the rows, and the pairs no order asked for are dropped here.
+        let wanted: HashSet<(UserId, &str)> = keyed.iter().copied().collect();
+        for chunk in keyed.chunks(INSERT_ROWS) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql: Arc<str> = self
+                .dialect
+                .placeholders(&format!(
+                    "SELECT id, created_at, user_id, idempotency_key FROM orders \
+                     WHERE user_id IN ({marks}) AND idempotency_key IN ({marks})"
+                ))
+                .into();
+            let select = chunk
+                .iter()
+                .fold(query(&sql), |select, (user, _)| select.bind(user.0));
+            let select = chunk
+                .iter()
+                .fold(select, |select, (_, key)| select.bind((*key).to_owned()));
+            for row in select.fetch_all(&mut *conn).await? {
+                let user = UserId(row.try_get(2)?);
+                let key: String = row.try_get(3)?;
+                if wanted.contains(&(user, key.as_str())) {
+                    let holder = (OrderId(row.try_get(0)?), row.try_get(1)?);
+                    holders.insert((user, key), holder);
+                }
+            }
+        }
+        Ok(holders)
+    }
+
+    /// See [`crate::store::Store::keyed_orders`].
+    pub async fn keyed_orders(&self, product: ProductId, since: Millis) -> StoreResult<Vec<Order>> {
+        let rows = query(&self.sql.keyed_orders)
+            .bind(product.0)
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(rows::order).collect::<Result<_, _>>()?)
+    }
+
+    /// See [`crate::store::Store::pay_answer`].
+    pub async fn pay_answer(
+        &self,
+        user: UserId,
+        key: &IdempotencyKey,
+    ) -> StoreResult<Option<PayAnswer>> {
+        let row = query(&self.sql.pay_answer)
+            .bind(user.0)
+            .bind(key.as_str().to_owned())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(PayAnswer {
+            user,
+            key: key.clone(),
+            order: OrderId(row.try_get(0)?),
+            channel: row.try_get(1)?,
+            pay_url: row.try_get(2)?,
+            created_at: row.try_get(3)?,
+        }))
+    }
+
+    /// See [`crate::store::Store::keep_pay_answer`].
+    pub async fn keep_pay_answer(&self, answer: &PayAnswer) -> StoreResult<()> {
+        query(&self.sql.insert_pay_answer)
+            .bind(answer.user.0)
+            .bind(answer.key.as_str().to_owned())
+            .bind(answer.order.0)
+            .bind(answer.channel.clone())
+            .bind(answer.pay_url.clone())
+            .bind(answer.created_at)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// See [`crate::store::Store::forget_pay_answers`].
+    pub async fn forget_pay_answers(&self, before: Millis) -> StoreResult<u64> {
+        let done = query(&self.sql.forget_pay_answers)
+            .bind(before)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     /// See [`crate::store::Store::put_image`].

@@ -2,8 +2,8 @@
 //! three databases share; values that break a domain rule are reported as decode errors.
 
 use crate::domain::{
-    Guard, Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity, SaleEvent, SaleWindow,
-    UserId,
+    Guard, IdempotencyKey, Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity,
+    SaleEvent, SaleWindow, UserId,
 };
 use crate::store::{KeptPayment, UserRecord};
 use sqlx::any::AnyRow;
@@ -21,14 +21,15 @@ macro_rules! product_columns {
 macro_rules! order_columns {
     () => {
         "id, user_id, product_id, product_name, unit_price_cents, quantity, total_cents, status, \
-         created_at, pay_before, paid_at, cancelled_at, pay_started_at, refunded_at"
+         created_at, pay_before, paid_at, cancelled_at, pay_started_at, refunded_at, \
+         idempotency_key"
     };
 }
 /// The columns an order is stored with; the rest are set by later changes.
 macro_rules! new_order_columns {
     () => {
         "id, user_id, product_id, product_name, unit_price_cents, quantity, total_cents, status, \
-         created_at, pay_before"
+         created_at, pay_before, idempotency_key"
     };
 }
 pub(in crate::store) use {new_order_columns, order_columns, product_columns};
@@ -44,6 +45,8 @@ pub trait Columns {
     fn maybe_int(&self, at: usize) -> Result<Option<i64>, Self::Error>;
     /// A text column.
     fn text(&self, at: usize) -> Result<String, Self::Error>;
+    /// A text column that may be `NULL`.
+    fn maybe_text(&self, at: usize) -> Result<Option<String>, Self::Error>;
     /// The column's name, as the statement gives it.
     fn name(&self, at: usize) -> &str;
     /// A value that breaks a domain rule.
@@ -59,6 +62,9 @@ impl Columns for AnyRow {
         self.try_get(at)
     }
     fn text(&self, at: usize) -> Result<String, sqlx::Error> {
+        self.try_get(at)
+    }
+    fn maybe_text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
         self.try_get(at)
     }
     fn name(&self, at: usize) -> &str {
@@ -177,8 +183,18 @@ pub fn order<R: Columns>(row: &R) -> Result<Order, R::Error> {
         paid_at: c.maybe_int("paid_at")?,
         cancelled_at: c.maybe_int("cancelled_at")?,
         pay_started_at: c.maybe_int("pay_started_at")?,
+        idempotency_key: None,
     };
     let refunded = c.maybe_int("refunded_at")?.is_some();
+    let key = c.at("idempotency_key");
+    let idempotency_key = row
+        .maybe_text(key)?
+        .map(|text| IdempotencyKey::parse(&text).map_err(|_| row.invalid(key)))
+        .transpose()?;
+    let order = Order {
+        idempotency_key,
+        ..order
+    };
     Ok(if refunded && order.status == OrderStatus::Cancelled {
         Order {
             status: OrderStatus::Refunded,

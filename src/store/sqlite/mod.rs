@@ -25,12 +25,12 @@ use wal_flush::WalFlush;
 
 use super::sql::{self, Dialect, Tables};
 use super::{
-    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PaymentRecord, Persisted,
+    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord, Persisted,
     ProductPatch, RevokedSession, Store, StoreResult, UserRecord,
 };
 use crate::domain::{
-    Guard, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent, SaleWindow,
-    UserId, Username,
+    Guard, IdempotencyKey, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent,
+    SaleWindow, UserId, Username,
 };
 use anyhow::Context;
 use async_trait::async_trait;
@@ -344,6 +344,29 @@ impl Store for SqliteStore {
 
     async fn stored_among(&self, candidates: &[OrderId]) -> StoreResult<Vec<OrderId>> {
         self.tables.stored_among(candidates).await
+    }
+
+    async fn keyed_orders(&self, product: ProductId, since: Millis) -> StoreResult<Vec<Order>> {
+        self.tables.keyed_orders(product, since).await
+    }
+
+    async fn pay_answer(
+        &self,
+        user: UserId,
+        key: &IdempotencyKey,
+    ) -> StoreResult<Option<PayAnswer>> {
+        self.tables.pay_answer(user, key).await
+    }
+
+    async fn keep_pay_answer(&self, answer: &PayAnswer) -> StoreResult<()> {
+        self.tables.keep_pay_answer(answer).await?;
+        self.durable().await
+    }
+
+    async fn forget_pay_answers(&self, before: Millis) -> StoreResult<u64> {
+        let forgotten = self.tables.forget_pay_answers(before).await?;
+        self.durable().await?;
+        Ok(forgotten)
     }
 
     async fn record_audit(&self, entry: &AuditEntry) -> StoreResult<()> {

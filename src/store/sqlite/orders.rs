@@ -7,14 +7,16 @@
 //! call that runs its statements in place, each prepared once and kept.
 
 use super::status_batches::StatusChange;
-use crate::domain::{Millis, OrderId};
-use crate::domain::{Order, ProductId};
+use crate::domain::{Millis, Order, OrderId, ProductId};
 use crate::store::Persisted;
 use crate::store::sql::rows::new_order_columns;
 use crate::store::sql::{
-    CANCEL_ORDER, CANCEL_PAID_ORDER, MARK_PAID, RETURN_STOCK, TAKE_STOCK, units_of,
+    CANCEL_ORDER, CANCEL_PAID_ORDER, FREE_KEY, KEY_HOLDER, KeyHolders, MARK_PAID, RETURN_STOCK,
+    TAKE_STOCK, settle_keys, units_of,
 };
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -29,7 +31,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const INSERT: &str = concat!(
     "INSERT INTO orders (",
     new_order_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
 );
 const REMOVE: &str = "DELETE FROM orders WHERE id = ?";
 const UNITS_OF_ORDER: &str = "SELECT product_id, quantity FROM orders WHERE id = ?";
@@ -56,15 +58,20 @@ impl SqliteOrders {
         })
     }
 
-    /// Writes a batch in one transaction: each order is inserted unless its id is stored, then
-    /// each product's new orders take their units in one guarded decrement rather than one per
-    /// order. Taking the write lock first (`IMMEDIATE`) means a batch never fails halfway for a
-    /// writer that came between its reads and its writes.
+    /// Writes a batch in one transaction: each order is inserted unless its id is stored (or
+    /// its idempotency key is another order's), then each product's new orders take their
+    /// units in one guarded decrement rather than one per order. Taking the write lock first
+    /// (`IMMEDIATE`) means a batch never fails halfway for a writer that came between its
+    /// reads and its writes.
     pub fn insert(&self, orders: &[Order]) -> rusqlite::Result<Vec<Persisted>> {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let new = insert_new(&tx, orders)?;
-        let outcomes = take_units(&tx, orders, new)?;
+        let taken = settle_batch_keys(&tx, orders)?;
+        let new = insert_new(&tx, orders, &taken)?;
+        let mut outcomes = take_units(&tx, orders, new)?;
+        for i in taken {
+            outcomes[i] = Persisted::KeyTaken;
+        }
         tx.commit()?;
         Ok(outcomes)
     }
@@ -119,15 +126,47 @@ fn cancel(
     Ok(true)
 }
 
-/// Inserts each order whose id is not stored yet; where the new ones are in `orders`, by
-/// product.
+/// Sees to the idempotency keys of a batch (see [`settle_keys`]): the orders whose key another
+/// order holds, by index. A batch without keys reads nothing.
+fn settle_batch_keys(tx: &Transaction<'_>, orders: &[Order]) -> rusqlite::Result<Vec<usize>> {
+    if orders.iter().all(|o| o.idempotency_key.is_none()) {
+        return Ok(Vec::new());
+    }
+    let mut holders = KeyHolders::new();
+    let mut holder_of = tx.prepare_cached(KEY_HOLDER)?;
+    for o in orders {
+        let Some(key) = &o.idempotency_key else {
+            continue;
+        };
+        let holder = holder_of
+            .query_row(params![o.user_id.0, key.as_str()], |row| {
+                Ok((OrderId(row.get(0)?), row.get(1)?))
+            })
+            .optional()?;
+        if let Some(holder) = holder {
+            holders.insert((o.user_id, key.as_str().to_owned()), holder);
+        }
+    }
+    let (taken, expired) = settle_keys(orders, holders);
+    for id in expired {
+        tx.prepare_cached(FREE_KEY)?.execute([id.0])?;
+    }
+    Ok(taken)
+}
+
+/// Inserts each order whose id is not stored yet, but those of `skip`; where the new ones are
+/// in `orders`, by product.
 fn insert_new(
     tx: &Transaction<'_>,
     orders: &[Order],
+    skip: &[usize],
 ) -> rusqlite::Result<BTreeMap<ProductId, Vec<usize>>> {
     let mut insert = tx.prepare_cached(INSERT)?;
     let mut new: BTreeMap<ProductId, Vec<usize>> = BTreeMap::new();
     for (i, o) in orders.iter().enumerate() {
+        if skip.contains(&i) {
+            continue;
+        }
         let inserted = insert.execute(params![
             o.id.0,
             o.user_id.0,
@@ -139,6 +178,7 @@ fn insert_new(
             o.status.as_str(),
             o.created_at,
             o.pay_before,
+            o.idempotency_key.as_ref().map(|key| key.as_str()),
         ])?;
         if inserted == 1 {
             new.entry(o.product_id).or_default().push(i);
@@ -189,7 +229,7 @@ mod tests {
     use rusqlite::params_from_iter;
     use rusqlite::types::Null;
 
-    const INSERT_PARAMETERS: usize = 10;
+    const INSERT_PARAMETERS: usize = 11;
 
     /// A database made by migration 1 alone keeps its orders through migration 2 (which makes
     /// the orders table anew with its status check as comparisons), still refuses an unknown

@@ -103,6 +103,9 @@ impl Columns for rusqlite::Row<'_> {
     fn text(&self, at: usize) -> rusqlite::Result<String> {
         self.get(at)
     }
+    fn maybe_text(&self, at: usize) -> rusqlite::Result<Option<String>> {
+        self.get(at)
+    }
     fn name(&self, at: usize) -> &str {
         self.as_ref().column_name(at).unwrap_or("")
     }

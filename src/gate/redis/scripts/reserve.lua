@@ -1,18 +1,23 @@
 -- Buys of one product, in one atomic step, each decided as if it ran alone in the order given.
 -- KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash, KEYS[3] = its outbox stream,
--- KEYS[4] = this call's replay key, named afresh for every call (all under the product's hash
--- tag, so they live on one shard). ARGV = four values per buy: user id, units, now (Unix ms),
--- the encoded order.
+-- KEYS[4] = this call's replay key, named afresh for every call, and, only when a buy of the
+-- call has an idempotency key, KEYS[5] = the product's hash of orders kept by buyer and key
+-- (all under the product's hash tag, so they live on one shard). ARGV = four values per buy:
+-- user id, units, now (Unix ms), the encoded order; five with KEYS[5], the fifth the buy's field
+-- in it (`user:key`, or empty for a buy without a key).
 -- Returns {code, remaining} per buy, one flat list: 0 taken (and the order appended to the
 -- outbox, in the same step, so it cannot be lost between gate and queue), -1 not loaded, -2 not
--- started, -3 ended, -4 per-user limit reached, -5 not enough stock, -6 paused by an operator.
+-- started, -3 ended, -4 per-user limit reached, -5 not enough stock, -6 paused by an operator,
+-- -7 the idempotency key was used for another quantity; or {1, order} for a retry of a buy this
+-- key made: nothing taken, and the order that buy made.
 --
 -- Every redis.call has a fixed cost (its arguments copied, the command looked up, its reply
 -- turned into Lua values), so what the buys need to know is read with one call for the whole
 -- batch and what they change is written with one call; only the outbox takes a call per order,
 -- one stream entry each.
-if #ARGV == 0 or #ARGV % 4 ~= 0 then
-  return redis.error_reply('reserve: four arguments per buy')
+local per = #KEYS == 5 and 5 or 4
+if #ARGV == 0 or #ARGV % per ~= 0 then
+  return redis.error_reply('reserve: four arguments per buy, five with idempotency keys')
 end
 -- A call the client sent again (a cluster connection re-sends a script whose reply timed out)
 -- answers as its first run did, instead of taking the stock twice. The answers of a call that
@@ -21,7 +26,7 @@ local replay = redis.call('GET', KEYS[4])
 if replay then
   return cmsgpack.unpack(replay)
 end
-local buys = #ARGV / 4
+local buys = #ARGV / per
 local answers = {}
 local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit', 'paused')
 if not sale[1] then
@@ -36,15 +41,60 @@ local start, stop, limit = tonumber(sale[2]), tonumber(sale[3]), tonumber(sale[4
 local paused = sale[5] == '1'
 local users = {}
 for i = 0, buys - 1 do
-  users[i + 1] = ARGV[4 * i + 1]
+  users[i + 1] = ARGV[per * i + 1]
 end
 local stored = redis.call('HMGET', KEYS[2], unpack(users))
+-- A key names its order for a day (IdempotencyKey::LIFETIME_MS) from when the order was made.
+local lifetime = 86400000
+-- Only a call with keys looks them up: the kept orders of its buys with a key, each
+-- `made at:units:encoded order`, the keys it keeps, and `retried`, which for a buy with `field`
+-- of `units` at `now` gives the order its key made, or false when that was for another
+-- quantity; nil when the key names no live order.
+local kept, keeps, retried
+if per == 5 then
+  kept, keeps = {}, {}
+  local fields = {}
+  for i = 0, buys - 1 do
+    local field = ARGV[5 * i + 5]
+    if field ~= '' then
+      fields[#fields + 1] = field
+    end
+  end
+  if #fields > 0 then
+    local values = redis.call('HMGET', KEYS[5], unpack(fields))
+    for j = 1, #fields do
+      if values[j] then
+        kept[fields[j]] = values[j]
+      end
+    end
+  end
+  retried = function(field, units, now)
+    local value = kept[field]
+    if not value then
+      return nil
+    end
+    local made, had, first = string.match(value, '^(%d+):(%d+):(.*)$')
+    if not made or now - tonumber(made) >= lifetime then
+      return nil
+    end
+    return tonumber(had) == units and first
+  end
+end
 local held, bought, sold = {}, {}, 0
 for i = 0, buys - 1 do
-  local user, order = users[i + 1], ARGV[4 * i + 4]
-  local units, now = tonumber(ARGV[4 * i + 2]), tonumber(ARGV[4 * i + 3])
-  local code = 0
-  if now < start then
+  local at = per * i
+  local user, order = users[i + 1], ARGV[at + 4]
+  local units, now = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local code, first = 0, nil
+  if kept then
+    first = retried(ARGV[at + 5], units, now)
+  end
+  if first then
+    -- A retry: answered with the first buy's order, whatever the window and the stock say now.
+    code = 1
+  elseif first == false then
+    code = -7
+  elseif now < start then
     code = -2
   elseif now >= stop then
     code = -3
@@ -65,9 +115,16 @@ for i = 0, buys - 1 do
       remaining = remaining - units
       sold = sold + units
       redis.call('XADD', KEYS[3], '*', 'order', order)
+      if kept and ARGV[at + 5] ~= '' then
+        -- Kept in the same step: a later buy of this call with the key replays this one.
+        local field = ARGV[at + 5]
+        kept[field] = ARGV[at + 3] .. ':' .. ARGV[at + 2] .. ':' .. order
+        keeps[#keeps + 1] = field
+        keeps[#keeps + 1] = kept[field]
+      end
     end
   end
-  answers[2 * i + 1], answers[2 * i + 2] = code, remaining
+  answers[2 * i + 1], answers[2 * i + 2] = code, first or remaining
 end
 if sold > 0 then
   local holdings = {}
@@ -77,6 +134,11 @@ if sold > 0 then
   end
   redis.call('HSET', KEYS[2], unpack(holdings))
   redis.call('HINCRBY', KEYS[1], 'remaining', -sold)
+  if keeps and #keeps > 0 then
+    -- Bounded: the whole hash goes a day after its last order, when all it holds has expired.
+    redis.call('HSET', KEYS[5], unpack(keeps))
+    redis.call('PEXPIRE', KEYS[5], lifetime)
+  end
   redis.call('SET', KEYS[4], cmsgpack.pack(answers), 'PX', 60000)
 end
 return answers

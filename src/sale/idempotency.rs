@@ -1,0 +1,191 @@
+//! Retries answered as the first time (`Idempotency-Key`). A buy with a key is kept with its
+//! order in the gate's own atomic step, so a retry (the same buyer and key) is answered with
+//! that order on any server, even when the server that took the first buy died before its
+//! answer; the database keeps the key with the order, for a gate rebuilt from it. A pay call
+//! with a key keeps its answer in the database, so a retry gets the same pay URL.
+//!
+//! A retry's answer is the first order as it is now: stored, with its status today (paid,
+//! cancelled); not stored yet, as the gate kept it. It is given only once that order is durable:
+//! a retry arriving while the first buy is still on its way waits for it in this process (in
+//! embedded mode, the only process, the first buy is durable only once its batch is committed).
+
+use super::SaleService;
+use super::buy::{Bought, BuyError};
+use super::catalog::Entry;
+use super::orders::OrderError;
+use super::payments::PayLink;
+use crate::domain::{IdempotencyKey, Millis, Order, OrderId, UserId};
+use crate::gate::{GateError, Rejection};
+use crate::payment::Channel;
+use crate::store::{PayAnswer, StoreResult};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::OwnedMutexGuard;
+
+/// The keyed buys of this process between the gate and their end, by order id: a retry that
+/// the gate answers with one of them waits for it. Bounded by the buys in flight.
+#[derive(Default)]
+pub(super) struct InFlight(Mutex<HashMap<OrderId, Arc<tokio::sync::Mutex<()>>>>);
+
+/// A keyed buy on its way: while it lives, retries answered with its order wait.
+struct Deciding<'a> {
+    in_flight: &'a InFlight,
+    id: OrderId,
+    /// Released after the entry is gone, when this is dropped.
+    _held: OwnedMutexGuard<()>,
+}
+
+impl InFlight {
+    /// Marks the buy of order `id` as on its way, until the guard is dropped.
+    fn start(&self, id: OrderId) -> Deciding<'_> {
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let held = Arc::clone(&lock)
+            .try_lock_owned()
+            .expect("a new lock is free");
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, lock);
+        Deciding {
+            in_flight: self,
+            id,
+            _held: held,
+        }
+    }
+
+    /// Waits until the buy of order `id` has ended, if it is on its way in this process.
+    async fn settled(&self, id: OrderId) {
+        let lock = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        if let Some(lock) = lock {
+            drop(lock.lock().await);
+        }
+    }
+}
+
+impl Drop for Deciding<'_> {
+    fn drop(&mut self) {
+        self.in_flight
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+impl SaleService {
+    /// Decides a buy with an idempotency key in a task of its own, so it runs to its end (the
+    /// order durable, or the gate's units and key given back) even when its buyer leaves: the
+    /// buyer's retry is answered from it.
+    pub(super) async fn decide_keyed(
+        self: &Arc<Self>,
+        order: Order,
+        entry: Arc<Entry>,
+        now: Millis,
+    ) -> Result<Bought, BuyError> {
+        let service = Arc::clone(self);
+        let decided = tokio::spawn(async move {
+            let _deciding = service.in_flight.start(order.id);
+            service.decide(order, &entry, now).await
+        });
+        decided
+            .await
+            .map_err(|e| BuyError::Unavailable(anyhow::Error::new(e).context("a keyed buy")))?
+    }
+
+    /// A keyed buy of a product flagged sold out in this process: the order its key made, if
+    /// the gate keeps one (the retry of the buy that took the last unit); else sold out.
+    pub(super) async fn kept_or_sold_out(&self, order: &Order) -> Result<Bought, BuyError> {
+        match self.gate.kept(order).await {
+            Ok(Some(first)) if first.quantity == order.quantity => {
+                self.replayed(first).await.map(Bought::Replayed)
+            }
+            Ok(Some(_)) => Err(Rejection::KeyReused.into()),
+            Ok(None) => Err(Rejection::SoldOut { remaining: 0 }.into()),
+            Err(GateError::Rejected(rejection)) => Err(rejection.into()),
+            Err(GateError::Unavailable(e)) => Err(BuyError::Unavailable(e)),
+        }
+    }
+
+    /// The answer to a retry the gate answered with `first`, the order its key made: once that
+    /// buy has ended, the order as stored, or, not stored yet, as the gate still keeps it. A
+    /// first buy that failed after the gate gave its key back: nothing was bought, and the
+    /// buyer may try again.
+    pub(super) async fn replayed(&self, first: Order) -> Result<Order, BuyError> {
+        self.in_flight.settled(first.id).await;
+        let stored = self.store.order(first.id).await;
+        if let Some(order) = stored.map_err(|e| BuyError::Unavailable(e.into()))? {
+            return Ok(order);
+        }
+        match self.gate.kept(&first).await {
+            Ok(Some(kept)) if kept.id == first.id => Ok(first),
+            Ok(_) => Err(BuyError::Unavailable(anyhow::anyhow!(
+                "order {} of a retried buy was never made durable",
+                first.id
+            ))),
+            Err(e) => Err(BuyError::Unavailable(e.into())),
+        }
+    }
+
+    /// [`SaleService::pay`] with an idempotency key: the first call's answer is kept, and a
+    /// retry (the same buyer and key, for the same order and channel, within the key's
+    /// lifetime) gets it again, whatever became of the order since; the key sent for another
+    /// order or channel is refused ([`OrderError::KeyReused`]).
+    pub async fn pay_with_key(
+        &self,
+        user: UserId,
+        id: OrderId,
+        channel: Channel,
+        key: Option<IdempotencyKey>,
+    ) -> Result<PayLink, OrderError> {
+        let Some(key) = key else {
+            return self.pay(user, id, channel).await;
+        };
+        let now = self.now();
+        let kept = self.store.pay_answer(user, &key).await?;
+        if let Some(kept) = kept.filter(|kept| IdempotencyKey::is_live(kept.created_at, now)) {
+            return self.pay_replayed(&kept, id, channel);
+        }
+        let link = self.pay(user, id, channel).await?;
+        let answer = PayAnswer {
+            user,
+            key,
+            order: id,
+            channel: channel.as_str().to_owned(),
+            pay_url: link.pay_url,
+            created_at: now,
+        };
+        self.store.keep_pay_answer(&answer).await?;
+        // A retry that ran alongside may have kept its answer first: all answer with that one.
+        let kept = self.store.pay_answer(user, &answer.key).await?;
+        self.pay_replayed(kept.as_ref().unwrap_or(&answer), id, channel)
+    }
+
+    /// A kept pay answer, for a call asking to pay order `id` through `channel`.
+    fn pay_replayed(
+        &self,
+        kept: &PayAnswer,
+        id: OrderId,
+        channel: Channel,
+    ) -> Result<PayLink, OrderError> {
+        if kept.order != id || kept.channel != channel.as_str() {
+            return Err(OrderError::KeyReused);
+        }
+        Ok(PayLink {
+            order_id: id,
+            provider: self.provider_name().ok_or(OrderError::NotConfigured)?,
+            pay_url: kept.pay_url.clone(),
+        })
+    }
+
+    /// Drops the kept pay answers whose keys' lifetime has passed; how many. Run by the
+    /// ticker.
+    pub async fn forget_expired_pay_answers(&self) -> StoreResult<u64> {
+        let before = self.now() - IdempotencyKey::LIFETIME_MS;
+        self.store.forget_pay_answers(before).await
+    }
+}
