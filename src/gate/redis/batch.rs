@@ -140,10 +140,7 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec
     }
 }
 
-/// Runs the reserve script over `batch` and returns its flat answers. The `EVALSHA` command is
-/// built in one buffer, where `redis::ScriptInvocation` makes every argument a `Vec` of its own
-/// and copies it into the command afterwards. As `ScriptInvocation` does, a server that does not
-/// know the script (restarted, failed over) is sent it, then the call again.
+/// Runs the reserve script over `batch` and returns its flat answers.
 async fn run_reserve(
     redis: &mut RedisLink,
     keys: &Keys,
@@ -167,13 +164,7 @@ async fn run_reserve(
             .arg(pending.now)
             .arg(&pending.encoded);
     }
-    match command.query_async(redis).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            RESERVE.load_async(redis).await?;
-            command.query_async(redis).await
-        }
-        answers => answers,
-    }
+    crate::redis_link::evalsha(redis, &RESERVE, &command).await
 }
 
 /// One buy's `{code, remaining}` from the script, as the gate's answer.
