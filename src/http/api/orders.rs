@@ -46,7 +46,7 @@ struct PlaceOrder {
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
         (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: too many requests from this address or this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests from this address or this buyer, or too many buys of this sale event by everybody; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again", body = ErrorBody),
     )
 )]
@@ -56,14 +56,15 @@ async fn place_order(
     user: CurrentUser,
     AppJson(body): AppJson<PlaceOrder>,
 ) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
-    state.limits.check_ip(ip)?;
-    state.limits.check_user(user.id)?;
+    let product = ProductId(body.product_id);
+    let shown = state.sale.shown_product(product);
+    state
+        .limits
+        .check_buy(ip, user.id, shown.as_deref())
+        .await?;
     let quantity = Quantity::parse(body.quantity)
         .map_err(|e| ApiError::invalid("invalid_quantity", e.to_string()))?;
-    let order = state
-        .sale
-        .buy(user.id, ProductId(body.product_id), quantity)
-        .await?;
+    let order = state.sale.buy(user.id, product, quantity).await?;
     Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(order))))
 }
 
@@ -75,12 +76,14 @@ async fn place_order(
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "Your orders", body = Vec<OrderView>),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
 async fn my_orders(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<AppJson<Vec<OrderView>>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let orders = state.sale.orders_of(user.id).await?;
     Ok(AppJson(orders.into_iter().map(OrderView::from).collect()))
 }
@@ -96,6 +99,7 @@ async fn my_orders(
         (status = 200, description = "The order", body = OrderView),
         (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
 async fn my_order(
@@ -103,6 +107,7 @@ async fn my_order(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let order = state.sale.order_of(user.id, OrderId(id)).await?;
     Ok(AppJson(OrderView::from(order)))
 }
@@ -144,6 +149,7 @@ struct PayView {
         (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid; `order_cancelled`: the order was cancelled; `payment_window_closed`: the payment window has closed", body = ErrorBody),
         (status = 422, description = "`invalid_body`: an unknown field or channel", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`payments_not_configured`: this server takes no payments; `payments_unavailable`: the provider cannot be reached, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -153,6 +159,7 @@ async fn pay(
     AppPath(id): AppPath<i64>,
     body: Bytes,
 ) -> Result<AppJson<PayView>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let PayBody { channel } = if body.iter().all(u8::is_ascii_whitespace) {
         PayBody::default()
     } else {
@@ -177,6 +184,7 @@ async fn pay(
         (status = 200, description = "The order, cancelled (cancelling it again changes nothing)", body = OrderView),
         (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
 async fn cancel(
@@ -184,6 +192,7 @@ async fn cancel(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let order = state.sale.cancel(user.id, OrderId(id)).await?;
     Ok(AppJson(OrderView::from(order)))
 }
