@@ -18,6 +18,7 @@ mod pages;
 mod payments;
 mod pipeline;
 mod processes;
+mod rate_limits;
 mod redis_restart;
 mod restart;
 mod sale_controls;
