@@ -145,30 +145,39 @@ impl RateLimits {
         }
     }
 
-    /// Counts one request against `limits`, each with its hit, in order.
+    /// Counts one request against `limits`, each with its hit, in order, for every server.
     async fn check<const N: usize>(&self, counted: [(&Limit, Hit); N]) -> Result<(), ApiError> {
-        let limits = counted.each_ref().map(|(limit, _)| *limit);
-        let hits = counted.map(|(_, hit)| hit);
-        self.limiter
-            .hit(&hits)
-            .await
-            .map_err(|refused| limits[refused.hit].refused(refused.retry_after))
+        let (limits, hits) = split(counted);
+        let count = self.limiter.hit(&hits).await;
+        count.map_err(|refused| limits[refused.hit].refused(refused.retry_after))
     }
 
-    /// One buy attempt: from this address, by this user, of this product's sale event (a
-    /// product without one is a sale of its own; an unknown one has no sale to protect and is
-    /// turned away before the gate).
+    /// Counts one request as [`Self::check`] does, in this process only.
+    async fn check_here<const N: usize>(
+        &self,
+        counted: [(&Limit, Hit); N],
+    ) -> Result<(), ApiError> {
+        let (limits, hits) = split(counted);
+        let count = self.limiter.hit_here(&hits).await;
+        count.map_err(|refused| limits[refused.hit].refused(refused.retry_after))
+    }
+
+    /// One buy attempt: from this address, by this user, and of the sale event of `bound`, the
+    /// product the buy would take to the gate (a product without an event is a sale of its
+    /// own). A buy this process answers by itself (`bound` is `None`: an unknown product, or
+    /// one flagged sold out here) has no sale to protect and is counted here only, so after a
+    /// sell-out the crowd's answers cost no round trip to Redis.
     pub async fn check_buy(
         &self,
         ip: IpAddr,
         user: UserId,
-        product: Option<&Product>,
+        bound: Option<&Product>,
     ) -> Result<(), ApiError> {
         let (ip, user) = (
             (&self.ip, self.ip.hit(ip)),
             (&self.user, self.user.hit(user.0)),
         );
-        match product {
+        match bound {
             Some(product) => {
                 let sale = match product.event_id {
                     Some(event) => self.event.hit(event),
@@ -176,7 +185,7 @@ impl RateLimits {
                 };
                 self.check([ip, user, (&self.event, sale)]).await
             }
-            None => self.check([ip, user]).await,
+            None => self.check_here([ip, user]).await,
         }
     }
 
@@ -214,6 +223,12 @@ impl RateLimits {
     pub fn forget_idle(&self) {
         self.limiter.forget_idle();
     }
+}
+
+/// The limits and the hits of a request, apart.
+fn split<const N: usize>(counted: [(&Limit, Hit); N]) -> ([&Limit; N], [Hit; N]) {
+    let limits = counted.each_ref().map(|(limit, _)| *limit);
+    (limits, counted.map(|(_, hit)| hit))
 }
 
 /// Throttles the operator's routes by address, before their token or session is looked at.

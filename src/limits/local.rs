@@ -71,6 +71,10 @@ impl Limiter for LocalLimiter {
         Ok(())
     }
 
+    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
+        self.hit(hits).await
+    }
+
     fn forget_idle(&self) {
         for (_, buckets) in self
             .buckets

@@ -46,19 +46,31 @@ impl Quota {
     }
 }
 
-/// Whose requests one count is of: a limit's scope and an id within it, e.g. `user:42`.
+/// Whose requests one count is of: a limit's scope and an id within it, e.g. user 42.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key(String);
+pub struct Key {
+    scope: &'static str,
+    id: String,
+}
 
 impl Key {
-    /// The key of `id` within `scope`. Scopes keep limits apart that count the same ids.
-    pub fn new(scope: &str, id: impl fmt::Display) -> Self {
-        Self(format!("{scope}:{id}"))
+    /// The key of `id` within `scope`. Scopes keep limits apart that count the same ids; one
+    /// scope has one quota.
+    pub fn new(scope: &'static str, id: impl fmt::Display) -> Self {
+        Self {
+            scope,
+            id: id.to_string(),
+        }
     }
 
-    /// The key as text, as Redis stores it.
-    pub fn as_str(&self) -> &str {
-        &self.0
+    /// The limit it counts for.
+    pub fn scope(&self) -> &'static str {
+        self.scope
+    }
+
+    /// Whose requests it counts.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 }
 
@@ -85,6 +97,10 @@ pub trait Limiter: Send + Sync + 'static {
     /// and those after it are not, so a refused request costs no later limit anything and a
     /// client that waits the `retry_after` gets through.
     async fn hit(&self, hits: &[Hit]) -> Result<(), Refused>;
+
+    /// Counts one request as [`Limiter::hit`] does, in this process only: for a request this
+    /// process answers by itself, which costs the other servers nothing.
+    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused>;
 
     /// Lets go of keys idle long enough to be full again, so memory stays bounded by recent
     /// clients.

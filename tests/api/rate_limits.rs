@@ -355,6 +355,45 @@ async fn two_servers_sharing_redis_allow_a_buyer_an_address_and_an_event_their_l
 }
 
 #[tokio::test]
+async fn buys_a_server_answers_by_itself_are_not_counted_in_redis() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let app = cluster_server(&db, &prefix, |_| {}).await;
+    let product = app.live_product(1, 1).await;
+    let tokens = app.users(4).await;
+    assert_eq!(buy(&app, &tokens[0], product).await.0, StatusCode::ACCEPTED);
+    // The gate says sold out, and the server flags the product.
+    assert_eq!(buy(&app, &tokens[1], product).await.1, "sold_out");
+    assert_eq!(buy(&app, &tokens[2], product).await.1, "sold_out");
+    assert_eq!(
+        buy(&app, &tokens[3], product + 1000).await.1,
+        "unknown_product"
+    );
+
+    let mut redis = seckill::redis_link::connect(&crate::shared_gate::redis_url())
+        .await
+        .unwrap();
+    let hashes: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}{{limits}}:user:*"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut buyers = 0;
+    for hash in hashes {
+        let counted: i64 = redis::cmd("HLEN")
+            .arg(hash)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        buyers += counted;
+    }
+    assert_eq!(
+        buyers, 2,
+        "only the buys that reached the gate are counted in Redis"
+    );
+}
+
+#[tokio::test]
 async fn without_redis_each_server_keeps_its_own_limits_and_answers() {
     let redis = PrivateRedis::start().await;
     let db = Arc::new(TestDatabase::fresh().await);

@@ -57,10 +57,10 @@ async fn place_order(
     AppJson(body): AppJson<PlaceOrder>,
 ) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
     let product = ProductId(body.product_id);
-    let shown = state.sale.shown_product(product);
+    let bound = state.sale.gate_bound(product);
     state
         .limits
-        .check_buy(ip, user.id, shown.as_deref())
+        .check_buy(ip, user.id, bound.as_deref())
         .await?;
     let quantity = Quantity::parse(body.quantity)
         .map_err(|e| ApiError::invalid("invalid_quantity", e.to_string()))?;

@@ -10,8 +10,9 @@
 //!   queue is full), the request is let through on this process's count alone, and a warning
 //!   is logged (at most one per [`WARN_EVERY`]).
 //!
-//! Keys: `PREFIX{limits}:SCOPE:ID`, one hash tag for all, so a batch's keys are on one shard of a
-//! cluster and one script call can count them.
+//! Keys: `PREFIX{limits}:SCOPE:WINDOW_MS:N`, a hash per limit and fixed window (the `N`th since
+//! the epoch, by this server's clock), id → requests; one hash tag for all, so the keys of a
+//! batch are on one shard of a cluster and one script call counts them.
 
 use super::{Hit, Limiter, Refused};
 use crate::redis_link::RedisLink;
@@ -39,19 +40,18 @@ static WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("win
 /// Redis's count of one request, or why there is none.
 type Answer = anyhow::Result<Result<(), Refused>>;
 
-/// A request waiting for its script call: its keys, each hit's limit and window (ms), and
-/// where the count goes.
+/// One limit as the script sees it: its scope, quota and window (ms).
+type Limit = (&'static str, u32, u64);
+
+/// A request waiting for its script call: each hit's limit and id, and where the count goes.
 struct Pending {
-    keys: Vec<String>,
-    quotas: Vec<(u32, u64)>,
+    hits: Vec<(Limit, String)>,
     answer: oneshot::Sender<Answer>,
 }
 
 /// Throttles shared through Redis, after this process's own.
 pub struct RedisLimiter {
     local: Arc<dyn Limiter>,
-    /// `PREFIX{limits}:`, which every key starts with.
-    keys: String,
     queue: mpsc::Sender<Pending>,
     /// When Redis's count was last missed aloud.
     warned: Mutex<Option<Instant>>,
@@ -63,10 +63,10 @@ impl RedisLimiter {
     /// runtime.
     pub fn new(redis: RedisLink, prefix: &str, local: Arc<dyn Limiter>) -> Self {
         let (queue, waiting) = mpsc::channel(MAX_WAITING);
-        tokio::spawn(send_batches(redis, waiting));
+        let keys = format!("{prefix}{{limits}}:");
+        tokio::spawn(send_batches(redis, keys, waiting));
         Self {
             local,
-            keys: format!("{prefix}{{limits}}:"),
             queue,
             warned: Mutex::new(None),
         }
@@ -76,17 +76,12 @@ impl RedisLimiter {
     async fn shared(&self, hits: &[Hit]) -> Answer {
         let (answer, answered) = oneshot::channel();
         let pending = Pending {
-            keys: hits
-                .iter()
-                .map(|hit| format!("{}{}", self.keys, hit.key.as_str()))
-                .collect(),
-            quotas: hits
+            hits: hits
                 .iter()
                 .map(|hit| {
-                    (
-                        hit.quota.limit(),
-                        hit.quota.window().as_millis().max(1) as u64,
-                    )
+                    let window = hit.quota.window().as_millis().max(1) as u64;
+                    let limit = (hit.key.scope(), hit.quota.limit(), window);
+                    (limit, hit.key.id().to_owned())
                 })
                 .collect(),
             answer,
@@ -129,40 +124,63 @@ impl Limiter for RedisLimiter {
         }
     }
 
+    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
+        self.local.hit(hits).await
+    }
+
     fn forget_idle(&self) {
         self.local.forget_idle();
     }
 }
 
 /// Sends one script call at a time, then takes whatever queued meanwhile.
-async fn send_batches(mut redis: RedisLink, mut waiting: mpsc::Receiver<Pending>) {
+/// Its keys start with `keys`, `PREFIX{limits}:`.
+async fn send_batches(mut redis: RedisLink, keys: String, mut waiting: mpsc::Receiver<Pending>) {
     let mut batch = Vec::with_capacity(MAX_REQUESTS);
     while waiting.recv_many(&mut batch, MAX_REQUESTS).await > 0 {
         // A request that stopped waiting went on with this process's count: count it no more.
         batch.retain(|pending| !pending.answer.is_closed());
         if !batch.is_empty() {
-            count(&mut redis, std::mem::take(&mut batch)).await;
+            count(&mut redis, &keys, std::mem::take(&mut batch)).await;
         }
     }
 }
 
-/// One script call for `batch`, and each request's count sent back.
-async fn count(redis: &mut RedisLink, batch: Vec<Pending>) {
-    let hits: usize = batch.iter().map(|pending| pending.keys.len()).sum();
-    let bytes: usize = batch
-        .iter()
-        .flat_map(|pending| &pending.keys)
-        .map(|key| key.len() + 32)
-        .sum();
-    let mut command = redis::Cmd::with_capacity(3 + batch.len() + 3 * hits, 64 + bytes);
-    command.arg("EVALSHA").arg(WINDOW.get_hash()).arg(hits);
-    for key in batch.iter().flat_map(|pending| &pending.keys) {
-        command.arg(key);
+/// One script call for `batch`, and each request's count sent back. Its windows are those of
+/// this moment by this server's clock.
+async fn count(redis: &mut RedisLink, keys: &str, batch: Vec<Pending>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64);
+    // The limits of the batch, each sent once: a request's hits name theirs by number.
+    let mut limits: Vec<Limit> = Vec::new();
+    for (limit, _) in batch.iter().flat_map(|pending| &pending.hits) {
+        if !limits.contains(limit) {
+            limits.push(*limit);
+        }
+    }
+    let hits: usize = batch.iter().map(|pending| pending.hits.len()).sum();
+    let args = 6 + 4 * limits.len() + batch.len() + 2 * hits;
+    let mut command = redis::Cmd::with_capacity(args, 128 * limits.len() + 32 * hits);
+    command
+        .arg("EVALSHA")
+        .arg(WINDOW.get_hash())
+        .arg(2 * limits.len());
+    for (scope, _, window) in &limits {
+        let number = now / window;
+        for n in [number.saturating_sub(1), number] {
+            command.arg(format!("{keys}{scope}:{window}:{n}"));
+        }
+    }
+    command.arg(now).arg(limits.len());
+    for (_, quota, window) in &limits {
+        command.arg(quota).arg(window);
     }
     for pending in &batch {
-        command.arg(pending.keys.len());
-        for (limit, window) in &pending.quotas {
-            command.arg(limit).arg(window);
+        command.arg(pending.hits.len());
+        for (limit, id) in &pending.hits {
+            let number = limits.iter().position(|l| l == limit).unwrap_or_default() + 1;
+            command.arg(number).arg(id);
         }
     }
     let answers: redis::RedisResult<Vec<i64>> =
@@ -275,26 +293,25 @@ mod tests {
         let window = Duration::from_secs(3600);
         let limit = 1000;
         // The window before this one had its whole limit.
-        let key = format!("{prefix}{{limits}}:test:weighed");
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as i64;
         let window_ms = window.as_millis() as i64;
+        let previous = format!(
+            "{prefix}{{limits}}:test:{window_ms}:{}",
+            now / window_ms - 1
+        );
         let mut redis = crate::redis_link::test_link().await;
         let _: () = redis::cmd("HSET")
-            .arg(&key)
-            .arg("w")
-            .arg(now / window_ms - 1)
-            .arg("c")
+            .arg(&previous)
+            .arg("weighed")
             .arg(limit)
-            .arg("p")
-            .arg(0)
             .query_async(&mut redis)
             .await
             .unwrap();
         let _: () = redis::cmd("PEXPIRE")
-            .arg(&key)
+            .arg(&previous)
             .arg(60_000)
             .query_async(&mut redis)
             .await
