@@ -8,12 +8,11 @@ use crate::domain::{Product, UserId, Username};
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
-use crate::limits::{Hit, Key, Limiter, Quota};
+use crate::limits::{Hit, Id, Key, Limiter, Quota};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
-use std::fmt::Display;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +54,7 @@ impl Limit {
     }
 
     /// One request by `id` against this limit.
-    fn hit(&self, id: impl Display) -> Hit {
+    fn hit(&self, id: impl Into<Id>) -> Hit {
         Hit {
             key: Key::new(self.scope, id),
             quota: self.quota,
@@ -181,7 +180,7 @@ impl RateLimits {
             Some(product) => {
                 let sale = match product.event_id {
                     Some(event) => self.event.hit(event),
-                    None => self.event.hit(format_args!("p{}", product.id.0)),
+                    None => self.event.hit(format!("p{}", product.id.0)),
                 };
                 self.check([ip, user, (&self.event, sale)]).await
             }

@@ -2,20 +2,35 @@
 //! once and then one every `window / limit`, forgotten once full again. Embedded mode counts
 //! only here; the shared limiter counts here first.
 
-use super::{Hit, Key, Limiter, Quota, Refused};
+use super::{Hit, Id, Key, Limiter, Quota, Refused};
 use async_trait::async_trait;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use std::num::NonZeroU32;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
+use std::time::Duration;
 
 /// Keyed buckets of one process.
 pub struct LocalLimiter {
-    /// One set of buckets per quota (a `governor` limiter has one quota): a deployment has a
-    /// handful of quotas, so finding one is a short scan. Keys carry their scope, so limits of
-    /// the same quota share a set without sharing buckets.
-    buckets: RwLock<Vec<(Quota, Arc<DefaultKeyedRateLimiter<Key>>)>>,
+    /// One set of buckets per scope and quota (a `governor` limiter has one quota): a
+    /// deployment has a handful of limits, so finding one is a short scan, and a bucket is
+    /// found by its id alone.
+    buckets: RwLock<Vec<Buckets>>,
     clock: DefaultClock,
+}
+
+/// The buckets of one scope and quota.
+struct Buckets {
+    scope: &'static str,
+    quota: Quota,
+    by_id: DefaultKeyedRateLimiter<Id>,
+}
+
+impl Buckets {
+    /// Whether these are the buckets `key` is counted in under `quota`.
+    fn of(&self, key: &Key, quota: Quota) -> bool {
+        self.quota == quota && self.scope == key.scope()
+    }
 }
 
 impl Default for LocalLimiter {
@@ -28,23 +43,33 @@ impl Default for LocalLimiter {
 }
 
 impl LocalLimiter {
-    /// The buckets of `quota`, made on first use.
-    fn buckets(&self, quota: Quota) -> Arc<DefaultKeyedRateLimiter<Key>> {
-        let find = |sets: &[(Quota, Arc<DefaultKeyedRateLimiter<Key>>)]| {
-            sets.iter()
-                .find(|(q, _)| *q == quota)
-                .map(|(_, b)| b.clone())
+    /// Counts one request against `key`'s bucket of `quota` (the set made on first use).
+    fn count(&self, key: &Key, quota: Quota) -> Result<(), Duration> {
+        let check = |buckets: &Buckets| {
+            buckets
+                .by_id
+                .check_key(key.id())
+                .map_err(|wait| wait.wait_time_from(self.clock.now()))
         };
-        if let Some(buckets) = find(&self.buckets.read().unwrap_or_else(|p| p.into_inner())) {
-            return buckets;
+        {
+            let sets = self.buckets.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(buckets) = sets.iter().find(|b| b.of(key, quota)) {
+                return check(buckets);
+            }
         }
         let mut sets = self.buckets.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(buckets) = find(&sets) {
-            return buckets;
-        }
-        let buckets = Arc::new(RateLimiter::keyed(gcra(quota)));
-        sets.push((quota, buckets.clone()));
-        buckets
+        let at = match sets.iter().position(|b| b.of(key, quota)) {
+            Some(at) => at,
+            None => {
+                sets.push(Buckets {
+                    scope: key.scope(),
+                    quota,
+                    by_id: RateLimiter::keyed(gcra(quota)),
+                });
+                sets.len() - 1
+            }
+        };
+        check(&sets[at])
     }
 }
 
@@ -61,11 +86,10 @@ fn gcra(quota: Quota) -> governor::Quota {
 impl Limiter for LocalLimiter {
     async fn hit(&self, hits: &[Hit]) -> Result<(), Refused> {
         for (i, hit) in hits.iter().enumerate() {
-            self.buckets(hit.quota)
-                .check_key(&hit.key)
-                .map_err(|wait| Refused {
+            self.count(&hit.key, hit.quota)
+                .map_err(|retry_after| Refused {
                     hit: i,
-                    retry_after: wait.wait_time_from(self.clock.now()),
+                    retry_after,
                 })?;
         }
         Ok(())
@@ -76,13 +100,13 @@ impl Limiter for LocalLimiter {
     }
 
     fn forget_idle(&self) {
-        for (_, buckets) in self
+        for buckets in self
             .buckets
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
         {
-            buckets.retain_recent();
+            buckets.by_id.retain_recent();
         }
     }
 }

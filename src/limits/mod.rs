@@ -8,6 +8,7 @@ pub mod redis;
 
 use async_trait::async_trait;
 use std::fmt;
+use std::net::IpAddr;
 use std::time::Duration;
 
 /// At most `limit` requests per `window` for one key.
@@ -50,16 +51,16 @@ impl Quota {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
     scope: &'static str,
-    id: String,
+    id: Id,
 }
 
 impl Key {
     /// The key of `id` within `scope`. Scopes keep limits apart that count the same ids; one
     /// scope has one quota.
-    pub fn new(scope: &'static str, id: impl fmt::Display) -> Self {
+    pub fn new(scope: &'static str, id: impl Into<Id>) -> Self {
         Self {
             scope,
-            id: id.to_string(),
+            id: id.into(),
         }
     }
 
@@ -69,8 +70,51 @@ impl Key {
     }
 
     /// Whose requests it counts.
-    pub fn id(&self) -> &str {
+    pub fn id(&self) -> &Id {
         &self.id
+    }
+}
+
+/// Whose requests a key counts: numbers and addresses are kept as they are, so counting a
+/// user or an address makes no text on the buy path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Id {
+    Number(i64),
+    Address(IpAddr),
+    Name(Box<str>),
+}
+
+impl From<i64> for Id {
+    fn from(number: i64) -> Self {
+        Self::Number(number)
+    }
+}
+
+impl From<IpAddr> for Id {
+    fn from(address: IpAddr) -> Self {
+        Self::Address(address)
+    }
+}
+
+impl From<&str> for Id {
+    fn from(name: &str) -> Self {
+        Self::Name(name.into())
+    }
+}
+
+impl From<String> for Id {
+    fn from(name: String) -> Self {
+        Self::Name(name.into())
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(number) => number.fmt(f),
+            Self::Address(address) => address.fmt(f),
+            Self::Name(name) => name.fmt(f),
+        }
     }
 }
 

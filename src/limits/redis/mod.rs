@@ -81,7 +81,7 @@ impl RedisLimiter {
                 .map(|hit| {
                     let window = hit.quota.window().as_millis().max(1) as u64;
                     let limit = (hit.key.scope(), hit.quota.limit(), window);
-                    (limit, hit.key.id().to_owned())
+                    (limit, hit.key.id().to_string())
                 })
                 .collect(),
             answer,
