@@ -86,9 +86,14 @@ impl RedisLimiter {
                 .collect(),
             answer,
         };
-        self.queue
-            .try_send(pending)
-            .map_err(|_| anyhow::anyhow!("{MAX_WAITING} requests are waiting for Redis"))?;
+        self.queue.try_send(pending).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                anyhow::anyhow!("{MAX_WAITING} requests are waiting for Redis")
+            }
+            mpsc::error::TrySendError::Closed(_) => {
+                anyhow::anyhow!("the rate limiter is shutting down")
+            }
+        })?;
         match tokio::time::timeout(WAIT, answered).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(anyhow::anyhow!("the rate limiter is shutting down")),
