@@ -194,7 +194,9 @@ fn read_key_file(file: &Path, key: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(file).with_context(|| format!("{key}: reading {}", file.display()))
 }
 
-/// Token-bucket limits. A buyer clicking "buy" a few times a second is human; hundreds is a bot.
+/// Request limits. A buyer clicking "buy" a few times a second is human; hundreds is a bot. A
+/// rate with a burst allows the burst at once and then the rate; in cluster mode every limit is
+/// shared by the servers, counted in Redis.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitConfig {
@@ -202,11 +204,25 @@ pub struct RateLimitConfig {
     pub per_user_per_sec: u32,
     /// Extra attempts a user may make at once.
     pub per_user_burst: u32,
-    /// Buy and sign-in attempts per second per client IP address (a shared office NAT is
-    /// many users, so this is set far above the per-user limit).
+    /// Requests per second per client IP address: buys, sign-ins, registrations, and the
+    /// admin routes (counted apart). A shared office NAT is many users, so this is set far
+    /// above the per-user limit.
     pub per_ip_per_sec: u32,
-    /// Extra attempts one address may make at once.
+    /// Extra requests one address may make at once.
     pub per_ip_burst: u32,
+    /// Order reads, pay and cancel requests per second per user.
+    pub orders_per_user_per_sec: u32,
+    /// Extra such requests a user may make at once.
+    pub orders_per_user_burst: u32,
+    /// Buys of one sale event per second, by everybody together (a product without an event
+    /// is a sale of its own): what the stock gate is asked to take.
+    pub per_event_per_sec: u32,
+    /// Accounts one client address may register in an hour
+    /// (`SECKILL_RATE_LIMIT__REGISTRATIONS_PER_IP_PER_HOUR`).
+    pub registrations_per_ip_per_hour: u32,
+    /// Accounts registered in an hour from all addresses together, so a botnet of addresses
+    /// cannot make accounts without end.
+    pub registrations_per_hour: u32,
 }
 
 /// What guarded sales ask of buyers: when buy tokens are handed out and how long they last,
@@ -284,6 +300,11 @@ impl Default for RateLimitConfig {
             per_user_burst: 10,
             per_ip_per_sec: 200,
             per_ip_burst: 400,
+            orders_per_user_per_sec: 10,
+            orders_per_user_burst: 20,
+            per_event_per_sec: 100_000,
+            registrations_per_ip_per_hour: 5,
+            registrations_per_hour: 2_000,
         }
     }
 }
@@ -296,12 +317,7 @@ impl Config {
             builder = builder.add_source(config::File::from(file).required(true));
         }
         let config: Config = builder
-            .add_source(
-                config::Environment::with_prefix("SECKILL")
-                    .prefix_separator("_")
-                    .separator("__")
-                    .try_parsing(true),
-            )
+            .add_source(environment())
             .build()
             .context("reading configuration")?
             .try_deserialize()
@@ -375,8 +391,17 @@ impl Config {
             self.alipay.alipay_public_key_text()?;
         }
         let r = &self.rate_limit;
-        if r.per_user_per_sec == 0 || r.per_ip_per_sec == 0 {
-            bail!("rate limits must be positive");
+        if [
+            r.per_user_per_sec,
+            r.per_ip_per_sec,
+            r.orders_per_user_per_sec,
+            r.per_event_per_sec,
+            r.registrations_per_ip_per_hour,
+            r.registrations_per_hour,
+        ]
+        .contains(&0)
+        {
+            bail!("rate limits (rate_limit.*) must be positive");
         }
         let g = &self.guard;
         if g.token_lead_secs > MAX_GUARD_SECS || !(1..=MAX_GUARD_SECS).contains(&g.token_ttl_secs) {
@@ -390,6 +415,14 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The `SECKILL_*` variables, nested keys joined with `__`.
+fn environment() -> config::Environment {
+    config::Environment::with_prefix("SECKILL")
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true)
 }
 
 /// A secret value: never printed, compared in constant time.
@@ -532,6 +565,22 @@ mod tests {
             LogFormat::Json
         );
         assert!(read("log_format = \"xml\"").is_err());
+    }
+
+    #[test]
+    fn the_registration_limit_is_read_from_its_variable() {
+        let variables = [("SECKILL_RATE_LIMIT__REGISTRATIONS_PER_IP_PER_HOUR", "3")];
+        let variables = variables.map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let config: Config = config::Config::builder()
+            .add_source(environment().source(Some(variables.into_iter().collect())))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .unwrap();
+        assert_eq!(config.rate_limit.registrations_per_ip_per_hour, 3);
+        assert_eq!(
+            Config::default().rate_limit.registrations_per_ip_per_hour,
+            5
+        );
     }
 
     #[test]

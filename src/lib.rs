@@ -16,6 +16,7 @@ pub mod gate;
 pub mod http;
 pub mod ids;
 pub mod lease;
+pub mod limits;
 pub mod payment;
 pub mod pipeline;
 pub mod redact;

@@ -143,6 +143,24 @@ pub async fn connect(url: &str) -> anyhow::Result<RedisLink> {
     }
 }
 
+/// Sends `command`, an `EVALSHA` of `script` that the caller built in one buffer (where
+/// `redis::ScriptInvocation` makes every argument a `Vec` of its own and copies it into the
+/// command afterwards). As `ScriptInvocation` does, a server that does not know the script
+/// (restarted, failed over) is sent it, then the command again.
+pub async fn evalsha<T: redis::FromRedisValue>(
+    redis: &mut RedisLink,
+    script: &redis::Script,
+    command: &Cmd,
+) -> redis::RedisResult<T> {
+    match command.query_async(redis).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(redis).await?;
+            command.query_async(redis).await
+        }
+        answer => answer,
+    }
+}
+
 /// What a URL asks for, checked without any I/O (so start-up errors come before connecting).
 #[derive(Debug)]
 enum Target {

@@ -20,6 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("config", &["domain", "ids", "redact", "store"]),
     ("gate", &["domain", "redis_link"]),
     ("lease", &["ids", "redis_link"]),
+    ("limits", &["redis_link"]),
     (
         "sale",
         &["clock", "domain", "gate", "ids", "payment", "store"],
@@ -43,7 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "auth", "clock", "config", "domain", "error", "payment", "sale", "store",
+            "auth", "clock", "config", "domain", "error", "limits", "payment", "sale", "store",
         ],
     ),
     ("app", &["*"]),
@@ -58,6 +59,8 @@ const BACKENDS: &[&str] = &[
     "store::server",
     "pipeline",
     "lease",
+    "limits::local",
+    "limits::redis",
     "redis_link",
     "payment::alipay",
     "payment::sandbox",

@@ -6,6 +6,8 @@ use crate::gate::StockGate;
 use crate::gate::redis::RedisGate;
 use crate::gate::redis::outbox::Outbox;
 use crate::lease;
+use crate::limits::Limiter;
+use crate::limits::redis::RedisLimiter;
 use crate::pipeline::amqp::Topology;
 use crate::pipeline::amqp::consumers::{CancelOverdue, Consume, StoreOrders};
 use crate::pipeline::amqp::depths::QueueDepths;
@@ -76,6 +78,11 @@ impl Cluster {
     /// The stock gate in Redis, which appends every order it accepts to its outbox.
     pub(super) fn gate(&self) -> Arc<dyn StockGate> {
         self.gate.clone()
+    }
+
+    /// Rate limits counted in Redis for every server, after `local`.
+    pub(super) fn limiter(&self, local: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
+        Arc::new(RedisLimiter::new(self.redis.clone(), &self.prefix, local))
     }
 
     /// RabbitMQ's paid queue, when there is RabbitMQ.

@@ -17,6 +17,8 @@ use crate::http::extract::AuthKeys;
 use crate::http::images::Images;
 use crate::http::rate_limit::RateLimits;
 use crate::ids::Snowflake;
+use crate::limits::Limiter;
+use crate::limits::local::LocalLimiter;
 use crate::payment::PaymentProvider;
 use crate::payment::sandbox::Sandbox;
 use crate::pipeline::GroupCommit;
@@ -134,6 +136,16 @@ impl Mode {
                 ids,
                 clock,
             },
+        }
+    }
+
+    /// What counts requests against the rate limits: this process alone, or every server
+    /// through Redis (after this process).
+    fn limiter(&self) -> Arc<dyn Limiter> {
+        let local = Arc::new(LocalLimiter::default());
+        match self {
+            Self::Embedded { .. } => local,
+            Self::Cluster(cluster) => cluster.limiter(local),
         }
     }
 
@@ -258,7 +270,7 @@ impl App {
         } else {
             None
         };
-        let limits = Arc::new(RateLimits::new(&config.rate_limit));
+        let limits = Arc::new(RateLimits::new(&config.rate_limit, core.mode.limiter()));
         let revoked = Arc::new(RevokedSessions::default());
         let mut tasks = vec![
             spawn_forget_idle(limits.clone()),

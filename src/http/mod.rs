@@ -40,7 +40,8 @@ pub struct AppState {
     pub passwords: Arc<Hasher>,
     /// Product images: uploads, and the ones served, from memory when possible.
     pub images: Arc<images::Images>,
-    /// Per-user, per-address and per-account throttles.
+    /// The rate limits of the routes: per user, per address, per account, per sale event,
+    /// registrations.
     pub limits: Arc<RateLimits>,
     /// Guarded sales' buy tokens and puzzles.
     pub guard: Arc<api::guard::Guards>,

@@ -1,151 +1,245 @@
-//! In-process throttles (GCRA token buckets from `governor`): per user on buys, per client
-//! address on buys and sign-ins, per account on sign-ins. Over the limit is 429 with
-//! `Retry-After`, counted in `seckill_rate_limited_total` by limit. The address is the TCP peer,
-//! never a client-supplied header, and never stands in for a user.
+//! The throttles of the HTTP routes, counted through a [`Limiter`]: in this process (embedded
+//! mode) or shared by every server (cluster mode). Over a limit is 429 with `Retry-After`,
+//! counted in `seckill_rate_limited_total` by limit. The address is the TCP peer (or the
+//! configured proxy's word), never a client-supplied header, and never stands in for a user.
 
 use crate::config::RateLimitConfig;
-use crate::domain::{UserId, Username};
+use crate::domain::{Product, UserId, Username};
 use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::client_ip::ClientIp;
+use crate::limits::{Hit, Id, Key, Limiter, Quota};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use axum::middleware::Next;
+use axum::response::Response;
 use std::net::IpAddr;
-use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Sign-in attempts one account may make in a row: a person mistyping a password a few times
 /// is never throttled.
-const ACCOUNT_BURST: NonZeroU32 = NonZeroU32::new(5).unwrap();
+const ACCOUNT_BURST: u32 = 5;
 
 /// After the burst, one more attempt per account this often, so guessing one account's password
 /// from many addresses goes no faster than from one.
 const ACCOUNT_PERIOD: Duration = Duration::from_secs(12);
 
-/// The throttles of one process.
-pub struct RateLimits {
-    per_user: DefaultKeyedRateLimiter<UserId>,
-    per_ip: DefaultKeyedRateLimiter<IpAddr>,
-    /// Sign-in attempts per username, known or not.
-    per_account: DefaultKeyedRateLimiter<String>,
-    clock: DefaultClock,
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// One limit: whose requests it counts (its scope, also its `limit` label), how many, and the
+/// refusal's code and message (`rate_limited` unless said otherwise).
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    scope: &'static str,
+    quota: Quota,
+    refusal: Option<(&'static str, &'static str)>,
 }
 
-fn quota(per_sec: u32, burst: u32) -> Quota {
-    let per_sec = NonZeroU32::new(per_sec).unwrap_or(NonZeroU32::MIN);
-    let burst = NonZeroU32::new(burst.max(per_sec.get())).unwrap_or(per_sec);
-    Quota::per_second(per_sec).allow_burst(burst)
-}
-
-impl RateLimits {
-    /// Throttles with the configured rates.
-    pub fn new(config: &RateLimitConfig) -> Self {
+impl Limit {
+    fn new(scope: &'static str, quota: Quota) -> Self {
         Self {
-            per_user: RateLimiter::keyed(quota(config.per_user_per_sec, config.per_user_burst)),
-            per_ip: RateLimiter::keyed(quota(config.per_ip_per_sec, config.per_ip_burst)),
-            per_account: RateLimiter::keyed(
-                Quota::with_period(ACCOUNT_PERIOD)
-                    .unwrap_or(Quota::per_second(NonZeroU32::MIN))
-                    .allow_burst(ACCOUNT_BURST),
-            ),
-            clock: DefaultClock::default(),
+            scope,
+            quota,
+            refusal: None,
         }
     }
 
-    /// One attempt by this user.
-    pub fn check_user(&self, user: UserId) -> Result<(), ApiError> {
-        self.per_user.check_key(&user).map_err(|wait| {
-            metrics::counter!("seckill_rate_limited_total", "limit" => "user").increment(1);
-            self.too_many(wait)
-        })
+    /// The same limit, refusing with its own code and message.
+    fn answering(self, code: &'static str, message: &'static str) -> Self {
+        Self {
+            refusal: Some((code, message)),
+            ..self
+        }
     }
 
-    /// One attempt from this address.
-    pub fn check_ip(&self, ip: IpAddr) -> Result<(), ApiError> {
-        self.per_ip.check_key(&ip).map_err(|wait| {
-            metrics::counter!("seckill_rate_limited_total", "limit" => "ip").increment(1);
-            self.too_many(wait)
-        })
+    /// One request by `id` against this limit.
+    fn hit(&self, id: impl Into<Id>) -> Hit {
+        Hit {
+            key: Key::new(self.scope, id),
+            quota: self.quota,
+        }
+    }
+
+    /// The answer to a request this limit refused, `retry_after` from now.
+    fn refused(&self, retry_after: Duration) -> ApiError {
+        metrics::counter!("seckill_rate_limited_total", "limit" => self.scope).increment(1);
+        let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        match self.refusal {
+            None => ApiError::RateLimited {
+                retry_after_secs: secs,
+            },
+            Some((code, message)) => {
+                ApiError::client(StatusCode::TOO_MANY_REQUESTS, code, message).retry_after(secs)
+            }
+        }
+    }
+}
+
+/// The throttles of the routes, with the configured quotas.
+pub struct RateLimits {
+    limiter: Arc<dyn Limiter>,
+    /// Buy attempts per user.
+    user: Limit,
+    /// Requests per client address: buys, sign-ins, registrations.
+    ip: Limit,
+    /// Buys of one sale event, by everybody.
+    event: Limit,
+    /// Order reads, pay and cancel per user.
+    orders: Limit,
+    /// The operator's routes per address.
+    admin: Limit,
+    /// Sign-in attempts per username, known or not.
+    account: Limit,
+    /// Registrations per address.
+    registration_ip: Limit,
+    /// Registrations from everywhere.
+    registrations: Limit,
+}
+
+impl RateLimits {
+    /// Throttles with the configured quotas, counted by `limiter`.
+    pub fn new(config: &RateLimitConfig, limiter: Arc<dyn Limiter>) -> Self {
+        let per_ip = Quota::per_sec(config.per_ip_per_sec, config.per_ip_burst);
+        Self {
+            limiter,
+            user: Limit::new(
+                "user",
+                Quota::per_sec(config.per_user_per_sec, config.per_user_burst),
+            ),
+            ip: Limit::new("ip", per_ip),
+            event: Limit::new("event", Quota::per_sec(config.per_event_per_sec, 0)),
+            orders: Limit::new(
+                "orders",
+                Quota::per_sec(config.orders_per_user_per_sec, config.orders_per_user_burst),
+            ),
+            admin: Limit::new("admin", per_ip),
+            account: Limit::new(
+                "account",
+                Quota::per_window(ACCOUNT_BURST, ACCOUNT_PERIOD * ACCOUNT_BURST),
+            )
+            .answering(
+                "too_many_sign_ins",
+                "too many sign-in attempts for this account: try again after the Retry-After \
+                 seconds",
+            ),
+            registration_ip: Limit::new(
+                "registration_ip",
+                Quota::per_window(config.registrations_per_ip_per_hour, HOUR),
+            )
+            .answering(
+                "too_many_registrations",
+                "too many accounts registered from this address: try again after the \
+                 Retry-After seconds",
+            ),
+            registrations: Limit::new(
+                "registrations",
+                Quota::per_window(config.registrations_per_hour, HOUR),
+            )
+            .answering(
+                "too_many_registrations",
+                "too many accounts are being registered: try again after the Retry-After \
+                 seconds",
+            ),
+        }
+    }
+
+    /// Counts one request against `limits`, each with its hit, in order, for every server.
+    async fn check<const N: usize>(&self, counted: [(&Limit, Hit); N]) -> Result<(), ApiError> {
+        let (limits, hits) = split(counted);
+        let count = self.limiter.hit(&hits).await;
+        count.map_err(|refused| limits[refused.hit].refused(refused.retry_after))
+    }
+
+    /// Counts one request as [`Self::check`] does, in this process only.
+    async fn check_here<const N: usize>(
+        &self,
+        counted: [(&Limit, Hit); N],
+    ) -> Result<(), ApiError> {
+        let (limits, hits) = split(counted);
+        let count = self.limiter.hit_here(&hits).await;
+        count.map_err(|refused| limits[refused.hit].refused(refused.retry_after))
+    }
+
+    /// One buy attempt: from this address, by this user, and of the sale event of `bound`, the
+    /// product the buy would take to the gate (a product without an event is a sale of its
+    /// own). A buy this process answers by itself (`bound` is `None`: an unknown product, or
+    /// one flagged sold out here) has no sale to protect and is counted here only, so after a
+    /// sell-out the crowd's answers cost no round trip to Redis.
+    pub async fn check_buy(
+        &self,
+        ip: IpAddr,
+        user: UserId,
+        bound: Option<&Product>,
+    ) -> Result<(), ApiError> {
+        let (ip, user) = (
+            (&self.ip, self.ip.hit(ip)),
+            (&self.user, self.user.hit(user.0)),
+        );
+        match bound {
+            Some(product) => {
+                let sale = match product.event_id {
+                    Some(event) => self.event.hit(event),
+                    None => self.event.hit(format!("p{}", product.id.0)),
+                };
+                self.check([ip, user, (&self.event, sale)]).await
+            }
+            None => self.check_here([ip, user]).await,
+        }
+    }
+
+    /// One request from this address (sign-ins).
+    pub async fn check_ip(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.check([(&self.ip, self.ip.hit(ip))]).await
     }
 
     /// One sign-in attempt at this account. Every attempt counts, not only the failed ones:
     /// counted before the hash, parallel guesses at one account cannot all slip in before the
     /// first of them fails. An unknown name is counted the same way, so the answer says nothing
     /// about which names exist.
-    pub fn check_sign_in(&self, username: &Username) -> Result<(), ApiError> {
-        self.per_account
-            .check_key(&username.as_str().to_owned())
-            .map_err(|wait| {
-                metrics::counter!("seckill_rate_limited_total", "limit" => "account").increment(1);
-                ApiError::client(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_sign_ins",
-                    "too many sign-in attempts for this account: try again after the \
-                     Retry-After seconds",
-                )
-                .retry_after(self.wait_secs(wait))
-            })
+    pub async fn check_sign_in(&self, username: &Username) -> Result<(), ApiError> {
+        let hit = self.account.hit(username.as_str());
+        self.check([(&self.account, hit)]).await
     }
 
-    fn too_many(&self, wait: governor::NotUntil<<DefaultClock as Clock>::Instant>) -> ApiError {
-        ApiError::RateLimited {
-            retry_after_secs: self.wait_secs(wait),
-        }
+    /// One registration from this address: its request rate, its accounts this hour, and
+    /// everybody's accounts this hour. Every attempt counts, as sign-ins do.
+    pub async fn check_registration(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.check([
+            (&self.ip, self.ip.hit(ip)),
+            (&self.registration_ip, self.registration_ip.hit(ip)),
+            (&self.registrations, self.registrations.hit("all")),
+        ])
+        .await
     }
 
-    /// Whole seconds until the bucket allows another attempt, at least one.
-    fn wait_secs(&self, wait: governor::NotUntil<<DefaultClock as Clock>::Instant>) -> u64 {
-        let secs = wait.wait_time_from(self.clock.now()).as_secs_f64().ceil() as u64;
-        secs.max(1)
+    /// One read, pay or cancel of this user's orders.
+    pub async fn check_orders(&self, user: UserId) -> Result<(), ApiError> {
+        self.check([(&self.orders, self.orders.hit(user.0))]).await
     }
 
-    /// Forgets keys whose buckets are full again, so memory stays bounded by recent clients.
-    /// Accounts are keyed only once a sign-in has a hashing turn, so a flood of made-up names
-    /// adds them no faster than passwords are hashed.
+    /// Forgets keys idle long enough to be full again (this process's buckets).
     pub fn forget_idle(&self) {
-        self.per_user.retain_recent();
-        self.per_ip.retain_recent();
-        self.per_account.retain_recent();
+        self.limiter.forget_idle();
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The limits and the hits of a request, apart.
+fn split<const N: usize>(counted: [(&Limit, Hit); N]) -> ([&Limit; N], [Hit; N]) {
+    let limits = counted.each_ref().map(|(limit, _)| *limit);
+    (limits, counted.map(|(_, hit)| hit))
+}
 
-    fn name(raw: &str) -> Username {
-        Username::parse(raw).unwrap()
-    }
-
-    #[test]
-    fn an_account_is_throttled_after_its_burst_and_others_are_not() {
-        let limits = RateLimits::new(&RateLimitConfig::default());
-        for _ in 0..ACCOUNT_BURST.get() {
-            limits.check_sign_in(&name("target")).unwrap();
-        }
-        let ApiError::Client {
-            status,
-            code,
-            retry_after,
-            ..
-        } = limits.check_sign_in(&name("target")).unwrap_err()
-        else {
-            panic!("a throttled sign-in is a client error");
-        };
-        assert_eq!(
-            (status, code),
-            (StatusCode::TOO_MANY_REQUESTS, "too_many_sign_ins")
-        );
-        assert!(retry_after.is_some_and(|secs| (1..=ACCOUNT_PERIOD.as_secs()).contains(&secs)));
-        limits.check_sign_in(&name("bystander")).unwrap();
-    }
-
-    #[test]
-    fn forgetting_idle_keys_keeps_a_throttled_account_throttled() {
-        let limits = RateLimits::new(&RateLimitConfig::default());
-        for _ in 0..ACCOUNT_BURST.get() {
-            limits.check_sign_in(&name("target")).unwrap();
-        }
-        limits.forget_idle();
-        assert!(limits.check_sign_in(&name("target")).is_err());
-    }
+/// Throttles the operator's routes by address, before their token or session is looked at.
+pub async fn throttle_admin(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let limits = &state.limits;
+    limits
+        .check([(&limits.admin, limits.admin.hit(ip))])
+        .await?;
+    Ok(next.run(request).await)
 }

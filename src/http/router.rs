@@ -1,6 +1,8 @@
 //! Every route in one place.
 
-use super::{AppState, admin, api, assets, images, metrics, openapi, origin, pages, pay};
+use super::{
+    AppState, admin, api, assets, images, metrics, openapi, origin, pages, pay, rate_limit,
+};
 use crate::error::{ApiError, AppJson};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -22,15 +24,22 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
     let max_image_bytes = state.images.max_bytes();
     // The API's routes carry their full `/api/v1/...` paths rather than being nested: a
     // nested router rewrites every request's URI on the way in, on the buy path too.
+    // The operator's routes (the API's and the console's), throttled per address before their
+    // token or session is looked at.
+    let operator = api::admin::router()
+        .merge(api::images::router(max_image_bytes))
+        .merge(api::admin_orders::router())
+        .merge(admin::router(max_image_bytes))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            rate_limit::throttle_admin,
+        ));
     let routes = Router::new()
         .merge(api::sessions::router())
         .merge(api::catalog::router())
         .merge(api::orders::router())
         .merge(api::guard::router())
-        .merge(api::admin::router())
-        .merge(api::images::router(max_image_bytes))
-        .merge(api::admin_orders::router())
-        .merge(admin::router(max_image_bytes))
+        .merge(operator)
         .merge(images::router())
         .merge(pages::router())
         .merge(pay::router())

@@ -32,8 +32,9 @@ pub struct TestApp {
     server: Option<JoinHandle<()>>,
 }
 
-/// The configuration every test starts from: its own database, known secrets, and an IP
-/// limit high enough for thousands of buyers on one loopback address.
+/// The configuration every test starts from: its own database, known secrets, and limits per
+/// address, on registrations and on order requests high enough for thousands of buyers on one
+/// loopback address (a test of a limit sets its own).
 pub fn test_config(db: &TestDatabase) -> Config {
     let mut config = Config {
         database_url: db.url.clone(),
@@ -44,6 +45,10 @@ pub fn test_config(db: &TestDatabase) -> Config {
     };
     config.rate_limit.per_ip_per_sec = 1_000_000;
     config.rate_limit.per_ip_burst = 1_000_000;
+    config.rate_limit.orders_per_user_per_sec = 1_000_000;
+    config.rate_limit.orders_per_user_burst = 1_000_000;
+    config.rate_limit.registrations_per_ip_per_hour = 1_000_000;
+    config.rate_limit.registrations_per_hour = 1_000_000;
     config
 }
 

@@ -21,6 +21,7 @@ mod pages;
 mod payments;
 mod pipeline;
 mod processes;
+mod rate_limits;
 mod redis_restart;
 mod refunds;
 mod restart;

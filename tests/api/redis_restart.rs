@@ -17,8 +17,8 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-/// A Redis server of this test's own, without persistence, so a restart comes back empty.
-struct PrivateRedis {
+/// A Redis server of a test's own, without persistence, so a restart comes back empty.
+pub(crate) struct PrivateRedis {
     binary: String,
     port: u16,
     server: Child,
@@ -26,7 +26,7 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     /// Starts `redis-server` on a free port; fails the test when it is not installed.
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let found = std::process::Command::new("which")
             .arg("redis-server")
             .output()
@@ -48,16 +48,25 @@ impl PrivateRedis {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// Kills the server with SIGKILL, so it saves nothing, and starts an empty one on the same
     /// port.
     async fn kill_and_restart_empty(&mut self) {
+        self.kill().await;
+        self.server = Self::spawn(&self.binary, self.port).await;
+    }
+
+    /// Kills the server with SIGKILL, for good.
+    pub(crate) async fn stop(mut self) {
+        self.kill().await;
+    }
+
+    async fn kill(&mut self) {
         self.server.start_kill().unwrap();
         self.server.wait().await.unwrap();
-        self.server = Self::spawn(&self.binary, self.port).await;
     }
 
     /// A server on `port`, once it answers.

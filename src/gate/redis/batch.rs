@@ -150,11 +150,8 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec
     }
 }
 
-/// Runs the reserve script over `batch` and returns its flat answers. The `EVALSHA` command is
-/// built in one buffer, where `redis::ScriptInvocation` makes every argument a `Vec` of its own
-/// and copies it into the command afterwards. As `ScriptInvocation` does, a server that does not
-/// know the script (restarted, failed over) is sent it, then the call again. Only a batch with a
-/// buy that has an idempotency key names the `kept` hash and gives each buy its field there: a
+/// Runs the reserve script over `batch` and returns its flat answers. Only a batch with a buy
+/// that has an idempotency key names the `kept` hash and gives each buy its field there: a
 /// batch without one is sent as it was before keys existed.
 async fn run_reserve(
     redis: &mut RedisLink,
@@ -190,13 +187,7 @@ async fn run_reserve(
             command.arg(pending.kept_as.as_deref().unwrap_or(""));
         }
     }
-    match command.query_async(redis).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            RESERVE.load_async(redis).await?;
-            command.query_async(redis).await
-        }
-        answers => answers,
-    }
+    crate::redis_link::evalsha(redis, &RESERVE, &command).await
 }
 
 /// One buy's `{code, remaining}` (or `{1, order}`) from the script, as the gate's answer.

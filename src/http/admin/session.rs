@@ -42,7 +42,7 @@ async fn sign_in(
     ClientIp(ip): ClientIp,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    state.limits.check_ip(ip)?;
+    state.limits.check_ip(ip).await?;
     let token = form_urlencoded::parse(&body)
         .find(|(name, _)| name == "token")
         .map(|(_, value)| value.trim().to_owned())

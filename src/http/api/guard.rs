@@ -174,8 +174,7 @@ async fn buy_challenge(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<ChallengeView>, ApiError> {
-    state.limits.check_ip(ip)?;
-    state.limits.check_user(user.id)?;
+    state.limits.check_buy(ip, user.id, None).await?;
     let product = ProductId(id);
     state.sale.guard_of(product).ok_or_else(unknown_product)?;
     let scope = Scope::Buy {
@@ -236,8 +235,7 @@ async fn buy_token(
     AppPath(id): AppPath<i64>,
     body: Bytes,
 ) -> Result<AppJson<BuyTokenView>, ApiError> {
-    state.limits.check_ip(ip)?;
-    state.limits.check_user(user.id)?;
+    state.limits.check_buy(ip, user.id, None).await?;
     let answer: BuyTokenRequest = optional_json(&body)?;
     let product = ProductId(id);
     let (guard, window) = state.sale.guard_of(product).ok_or_else(unknown_product)?;
@@ -295,7 +293,7 @@ async fn registration_challenge(
     ClientIp(ip): ClientIp,
     query: Result<Query<RegistrationQuery>, QueryRejection>,
 ) -> Result<AppJson<ChallengeView>, ApiError> {
-    state.limits.check_ip(ip)?;
+    state.limits.check_ip(ip).await?;
     let name = query
         .ok()
         .and_then(|Query(q)| q.username)

@@ -50,7 +50,7 @@ struct PlaceOrder {
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
         (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for; `idempotency_key_reused`: this `Idempotency-Key` was used for another buy (another product or quantity)", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: too many requests from this address or this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests from this address or this buyer, or too many buys of this sale event by everybody; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again", body = ErrorBody),
     )
 )]
@@ -61,16 +61,17 @@ async fn place_order(
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     AppJson(body): AppJson<PlaceOrder>,
 ) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
-    state.limits.check_ip(ip)?;
-    state.limits.check_user(user.id)?;
+    let product = ProductId(body.product_id);
+    let bound = state.sale.gate_bound(product);
+    state
+        .limits
+        .check_buy(ip, user.id, bound.as_deref())
+        .await?;
     let quantity = Quantity::parse(body.quantity)
         .map_err(|e| ApiError::invalid("invalid_quantity", e.to_string()))?;
     let token = body.buy_token.as_deref();
-    guard::check_buy(&state, user.id, ProductId(body.product_id), token)?;
-    let order = state
-        .sale
-        .buy(user.id, ProductId(body.product_id), quantity, key)
-        .await?;
+    guard::check_buy(&state, user.id, product, token)?;
+    let order = state.sale.buy(user.id, product, quantity, key).await?;
     Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(order))))
 }
 
@@ -82,12 +83,14 @@ async fn place_order(
     security(("session_bearer" = []), ("session_cookie" = [])),
     responses(
         (status = 200, description = "Your orders", body = Vec<OrderView>),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
 async fn my_orders(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<AppJson<Vec<OrderView>>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let orders = state.sale.orders_of(user.id).await?;
     Ok(AppJson(orders.into_iter().map(OrderView::from).collect()))
 }
@@ -103,6 +106,7 @@ async fn my_orders(
         (status = 200, description = "The order", body = OrderView),
         (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
 async fn my_order(
@@ -110,6 +114,7 @@ async fn my_order(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let order = state.sale.order_of(user.id, OrderId(id)).await?;
     Ok(AppJson(OrderView::from(order)))
 }
@@ -154,6 +159,7 @@ struct PayView {
         (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid; `order_cancelled`: the order was cancelled; `payment_window_closed`: the payment window has closed; `idempotency_key_reused`: this `Idempotency-Key` was used for another order or channel", body = ErrorBody),
         (status = 422, description = "`invalid_body`: an unknown field or channel", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`payments_not_configured`: this server takes no payments; `payments_unavailable`: the provider cannot be reached, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -164,6 +170,7 @@ async fn pay(
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: Bytes,
 ) -> Result<AppJson<PayView>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let PayBody { channel } = if body.iter().all(u8::is_ascii_whitespace) {
         PayBody::default()
     } else {
@@ -191,6 +198,7 @@ async fn pay(
         (status = 200, description = "The order, cancelled (cancelling it again changes nothing)", body = OrderView),
         (status = 404, description = "`order_not_found`: no such order of yours", body = ErrorBody),
         (status = 409, description = "`order_pending`: the order is still being recorded, retry after the `Retry-After` seconds; `already_paid`: the order is already paid", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
 async fn cancel(
@@ -198,6 +206,7 @@ async fn cancel(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
+    state.limits.check_orders(user.id).await?;
     let order = state.sale.cancel(user.id, OrderId(id)).await?;
     Ok(AppJson(OrderView::from(order)))
 }

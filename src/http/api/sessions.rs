@@ -58,7 +58,7 @@ struct UserView {
         (status = 403, description = "`challenge_required`: registering asks for the answer to a registration challenge (`guard.registration_challenge`); `invalid_challenge_answer`: the nonce does not solve the challenge, or the challenge is for another username or has expired", body = ErrorBody),
         (status = 409, description = "`username_taken`: that username is taken", body = ErrorBody),
         (status = 422, description = "`invalid_username`: the username breaks the rules; `weak_password`: the password is too weak", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: too many requests; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests from this address; `too_many_registrations`: too many accounts registered from this address, or by everybody, this hour; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -67,7 +67,7 @@ async fn register(
     ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
 ) -> Result<(StatusCode, AppJson<UserView>), ApiError> {
-    state.limits.check_ip(ip)?;
+    state.limits.check_registration(ip).await?;
     let username = Username::parse(&body.username)
         .map_err(|e| ApiError::invalid("invalid_username", e.to_string()))?;
     let password = Password::parse(&body.password)
@@ -107,7 +107,7 @@ struct SessionView {
     responses(
         (status = 200, description = "Signed in; the token is also set as the `seckill_session` cookie", body = SessionView, headers(("set-cookie" = String, description = "`seckill_session`, HttpOnly"))),
         (status = 401, description = "`invalid_credentials`: wrong username or password", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: too many requests from this address or sign-ins to this account; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests from this address; `too_many_sign_ins`: too many sign-ins to this account; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -116,7 +116,7 @@ async fn sign_in(
     ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
 ) -> Result<(HeaderMap, AppJson<SessionView>), ApiError> {
-    state.limits.check_ip(ip)?;
+    state.limits.check_ip(ip).await?;
     let invalid = || {
         ApiError::client(
             StatusCode::UNAUTHORIZED,
@@ -128,7 +128,7 @@ async fn sign_in(
     // The turn first, then the account's count: a sign-in refused as busy costs the account
     // nothing, and only sign-ins about to hash can add an account to the throttle.
     let turn = state.passwords.turn().await?;
-    state.limits.check_sign_in(&username)?;
+    state.limits.check_sign_in(&username).await?;
     let record = state.store.user_by_name(username.as_str()).await?;
     let stored_hash = record.as_ref().map(|r| r.password_hash.clone());
     if !turn.verify(body.password, stored_hash).await? {

@@ -1,0 +1,433 @@
+//! Rate limits as a hostile client meets them: registrations from one address and from many,
+//! buys of one sale event, order requests and the operator's routes, each refused with 429 and
+//! `Retry-After` and changing nothing; two servers sharing Redis allowing a limit once; and a
+//! Redis outage leaving each server its own limits.
+
+use crate::backend::TestDatabase;
+use crate::helpers::{ADMIN_TOKEN, TestApp, rfc3339, status_and_json};
+use crate::redis_restart::PrivateRedis;
+use crate::shared_gate::{fresh_prefix, server_on_with};
+use reqwest::StatusCode;
+use seckill::clock::SystemClock;
+use seckill::config::Config;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// An answer's status, error code (empty for none) and `Retry-After` seconds.
+type Answer = (StatusCode, String, Option<u64>);
+
+async fn answer(response: reqwest::Response) -> Answer {
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let (status, body) = status_and_json(response).await;
+    let code = body["error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (status, code, retry_after)
+}
+
+/// Registers `name`, from the address `from` when the server reads it from `x-forwarded-for`.
+async fn register(app: &TestApp, name: &str, from: Option<&str>) -> Answer {
+    let mut request = app
+        .client
+        .post(app.url("/api/v1/users"))
+        .json(&json!({ "username": name, "password": format!("{name}-password") }));
+    if let Some(address) = from {
+        request = request.header("x-forwarded-for", address);
+    }
+    answer(request.send().await.unwrap()).await
+}
+
+/// Accounts in the database.
+async fn users_stored(app: &TestApp) -> i64 {
+    let pool = app.pool().await;
+    let count = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    count
+}
+
+/// Asserts a refusal: 429, `code`, and a `Retry-After` of 1 to `most` seconds.
+fn assert_refused(answer: &Answer, code: &str, most: u64) {
+    assert_eq!(
+        (answer.0, answer.1.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, code),
+        "{answer:?}"
+    );
+    let secs = answer.2.expect("Retry-After");
+    assert!((1..=most).contains(&secs), "Retry-After: {secs}");
+}
+
+/// Sorts answers into those that passed with `ok` and those refused with `code`, failing on
+/// anything else.
+fn tally(answers: &[Answer], ok: StatusCode, code: &str, most: u64) -> usize {
+    let mut passed = 0;
+    for answer in answers {
+        if answer.0 == ok {
+            passed += 1;
+        } else {
+            assert_refused(answer, code, most);
+        }
+    }
+    passed
+}
+
+#[tokio::test]
+async fn two_hundred_registrations_from_one_address_make_only_the_allowed_few() {
+    let app = Arc::new(
+        TestApp::spawn_with(Arc::new(SystemClock), |c| {
+            c.rate_limit.registrations_per_ip_per_hour = 5;
+        })
+        .await,
+    );
+    let mut crowd = JoinSet::new();
+    for i in 0..200 {
+        let app = app.clone();
+        crowd.spawn(async move { register(&app, &format!("bot{i}"), None).await });
+    }
+    let answers = crowd.join_all().await;
+    let created = tally(
+        &answers,
+        StatusCode::CREATED,
+        "too_many_registrations",
+        2 * 3600,
+    );
+    assert_eq!(created, 5);
+    assert_eq!(users_stored(&app).await, 5);
+}
+
+#[tokio::test]
+async fn many_addresses_together_register_no_more_than_the_hourly_cap() {
+    let app = TestApp::spawn_with(Arc::new(SystemClock), |c| {
+        c.client_ip_header = Some("x-forwarded-for".into());
+        c.rate_limit.registrations_per_ip_per_hour = 2;
+        c.rate_limit.registrations_per_hour = 7;
+    })
+    .await;
+    let mut answers = Vec::new();
+    for i in 0..30 {
+        let from = format!("10.1.{}.{}", i / 250, i % 250 + 1);
+        answers.push(register(&app, &format!("botnet{i}"), Some(&from)).await);
+    }
+    let created = tally(
+        &answers,
+        StatusCode::CREATED,
+        "too_many_registrations",
+        2 * 3600,
+    );
+    assert_eq!(created, 7);
+    assert_eq!(users_stored(&app).await, 7);
+}
+
+/// A live sale event with `products` products of 100 units each, any number per buyer; returns
+/// the products' ids.
+async fn live_event(app: &TestApp, products: usize) -> Vec<i64> {
+    let now = app.state.sale.now();
+    let (status, event) = app
+        .admin_post(
+            "/api/v1/admin/events",
+            json!({ "starts_at": rfc3339(now - 60_000), "ends_at": rfc3339(now + 3_600_000) }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{event}");
+    let mut ids = Vec::new();
+    for i in 0..products {
+        let (status, product) = app
+            .admin_post(
+                "/api/v1/admin/products",
+                json!({ "event_id": event["id"], "name": format!("Kettle {i}"),
+                        "original_price_cents": 3990, "sale_price_cents": 990,
+                        "stock": 100, "per_user_limit": 100 }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{product}");
+        ids.push(product["id"].as_i64().unwrap());
+    }
+    ids
+}
+
+/// One buy of one unit of `product` by `token` at `server`.
+async fn buy(server: &TestApp, token: &str, product: i64) -> Answer {
+    let request = server
+        .client
+        .post(server.url("/api/v1/orders"))
+        .bearer_auth(token)
+        .json(&json!({ "product_id": product, "quantity": 1 }));
+    answer(request.send().await.unwrap()).await
+}
+
+/// Every buy of `buys` (server, token, product) at once.
+async fn buy_at_once(buys: Vec<(Arc<TestApp>, String, i64)>) -> Vec<Answer> {
+    let mut crowd = JoinSet::new();
+    for (server, token, product) in buys {
+        crowd.spawn(async move { buy(&server, &token, product).await });
+    }
+    crowd.join_all().await
+}
+
+#[tokio::test]
+async fn buys_of_one_sale_event_are_capped_across_its_products_and_buyers() {
+    let app = Arc::new(
+        TestApp::spawn_with(Arc::new(SystemClock), |c| {
+            c.rate_limit.per_event_per_sec = 5;
+        })
+        .await,
+    );
+    let products = live_event(&app, 2).await;
+    let elsewhere = app.live_product(100, 1).await;
+    let tokens = app.users(21).await;
+    let buys = tokens[..20]
+        .iter()
+        .enumerate()
+        .map(|(i, token)| (app.clone(), token.clone(), products[i % 2]))
+        .collect();
+    let answers = buy_at_once(buys).await;
+    assert_eq!(tally(&answers, StatusCode::ACCEPTED, "rate_limited", 1), 5);
+    let stored: i64 = [
+        app.stored(products[0]).await.0,
+        app.stored(products[1]).await.0,
+    ]
+    .iter()
+    .sum();
+    assert_eq!(stored, 5);
+    // Another sale is not held back.
+    assert_eq!(
+        buy(&app, &tokens[20], elsewhere).await.0,
+        StatusCode::ACCEPTED
+    );
+}
+
+#[tokio::test]
+async fn reading_paying_and_cancelling_orders_are_throttled_per_buyer_and_a_refusal_changes_nothing()
+ {
+    let app = TestApp::spawn_with(Arc::new(SystemClock), |c| {
+        c.rate_limit.orders_per_user_per_sec = 1;
+        c.rate_limit.orders_per_user_burst = 3;
+    })
+    .await;
+    let product = app.live_product(10, 1).await;
+    let tokens = app.users(2).await;
+    let orders = app.buy_each(&tokens, product).await;
+    let (token, order) = &orders[0];
+    let read = |path: String| {
+        let request = app.client.get(app.url(&path)).bearer_auth(token);
+        async move { answer(request.send().await.unwrap()).await }
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            read(format!("/api/v1/orders/{order}")).await.0,
+            StatusCode::OK
+        );
+    }
+    assert_refused(&read("/api/v1/orders".into()).await, "rate_limited", 1);
+    for action in ["pay", "cancel"] {
+        let request = app
+            .client
+            .post(app.url(&format!("/api/v1/orders/{order}/{action}")))
+            .bearer_auth(token);
+        assert_refused(
+            &answer(request.send().await.unwrap()).await,
+            "rate_limited",
+            1,
+        );
+    }
+    // The refused cancel cancelled nothing.
+    assert_eq!(app.stored(product).await, (2, 2, 8));
+    // The other buyer is not held back, and neither is buying.
+    let (other, other_order) = &orders[1];
+    let (status, body) = app.order_action(other, other_order, "cancel").await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("cancelled"))
+    );
+    assert_eq!(app.buy(token, product, 1).await.0, StatusCode::CONFLICT);
+    // A buyer who waits as told reads again within the window.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    loop {
+        let (status, _, retry_after) = read(format!("/api/v1/orders/{order}")).await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still refused");
+        tokio::time::sleep(Duration::from_secs(retry_after.unwrap())).await;
+    }
+}
+
+#[tokio::test]
+async fn the_operators_routes_are_throttled_per_address_before_the_token_is_checked() {
+    let app = TestApp::spawn_with(Arc::new(SystemClock), |c| {
+        c.rate_limit.per_ip_per_sec = 1;
+        c.rate_limit.per_ip_burst = 3;
+    })
+    .await;
+    let get = |token: &'static str, path: &'static str| {
+        let request = app.client.get(app.url(path)).bearer_auth(token);
+        async move { answer(request.send().await.unwrap()).await }
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            get("a-guessed-token", "/api/v1/admin/events").await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_refused(
+        &get(ADMIN_TOKEN, "/api/v1/admin/events").await,
+        "rate_limited",
+        1,
+    );
+    assert_refused(&get(ADMIN_TOKEN, "/admin/login").await, "rate_limited", 1);
+    // Shoppers from the same address are counted apart.
+    assert_eq!(app.get_json("/api/v1/events").await.0, StatusCode::OK);
+}
+
+/// A server of a cluster sharing `db` and Redis under `prefix`, with `tweak` applied.
+async fn cluster_server(
+    db: &Arc<TestDatabase>,
+    prefix: &str,
+    tweak: impl FnOnce(&mut Config),
+) -> Arc<TestApp> {
+    Arc::new(server_on_with(db, prefix, true, None, tweak).await)
+}
+
+#[tokio::test]
+async fn two_servers_sharing_redis_allow_a_buyer_an_address_and_an_event_their_limit_once() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let tweak = |c: &mut Config| {
+        c.client_ip_header = Some("x-forwarded-for".into());
+        c.rate_limit.per_user_per_sec = 1;
+        c.rate_limit.per_user_burst = 4;
+        c.rate_limit.per_event_per_sec = 6;
+        c.rate_limit.registrations_per_ip_per_hour = 3;
+    };
+    let first = cluster_server(&db, &prefix, tweak).await;
+    let products = live_event(&first, 2).await;
+    // The second server starts once the products exist, so it knows them.
+    let second = cluster_server(&db, &prefix, tweak).await;
+    let servers = [first, second];
+    let tokens = servers[0].users(13).await;
+
+    // One buyer, every attempt on the other server than the one before.
+    let buys = (0..12)
+        .map(|i| (servers[i % 2].clone(), tokens[0].clone(), products[0]))
+        .collect();
+    let bought = tally(
+        &buy_at_once(buys).await,
+        StatusCode::ACCEPTED,
+        "rate_limited",
+        5,
+    );
+    assert_eq!(bought, 4, "one buyer's limit, counted once");
+
+    // Twelve buyers of the event's other product: the event had 4 buys, may take 2 more.
+    let buys = (1..13)
+        .map(|i| (servers[i % 2].clone(), tokens[i].clone(), products[1]))
+        .collect();
+    let bought = tally(
+        &buy_at_once(buys).await,
+        StatusCode::ACCEPTED,
+        "rate_limited",
+        2,
+    );
+    assert_eq!(bought, 2, "the event's cap, counted once");
+
+    // One address registering on both servers.
+    let mut answers = Vec::new();
+    for i in 0..10 {
+        let server = &servers[i % 2];
+        answers.push(register(server, &format!("shared{i}"), Some("10.2.0.1")).await);
+    }
+    let created = tally(
+        &answers,
+        StatusCode::CREATED,
+        "too_many_registrations",
+        2 * 3600,
+    );
+    assert_eq!(created, 3, "one address's registrations, counted once");
+    assert_eq!(users_stored(&servers[0]).await, 13 + 3);
+}
+
+#[tokio::test]
+async fn buys_a_server_answers_by_itself_are_not_counted_in_redis() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    let app = cluster_server(&db, &prefix, |_| {}).await;
+    let product = app.live_product(1, 1).await;
+    let tokens = app.users(4).await;
+    assert_eq!(buy(&app, &tokens[0], product).await.0, StatusCode::ACCEPTED);
+    // The gate says sold out, and the server flags the product.
+    assert_eq!(buy(&app, &tokens[1], product).await.1, "sold_out");
+    assert_eq!(buy(&app, &tokens[2], product).await.1, "sold_out");
+    assert_eq!(
+        buy(&app, &tokens[3], product + 1000).await.1,
+        "unknown_product"
+    );
+
+    let mut redis = seckill::redis_link::connect(&crate::shared_gate::redis_url())
+        .await
+        .unwrap();
+    let hashes: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}{{limits}}:user:*"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut buyers = 0;
+    for hash in hashes {
+        let counted: i64 = redis::cmd("HLEN")
+            .arg(hash)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        buyers += counted;
+    }
+    assert_eq!(
+        buyers, 2,
+        "only the buys that reached the gate are counted in Redis"
+    );
+}
+
+#[tokio::test]
+async fn without_redis_each_server_keeps_its_own_limits_and_answers() {
+    let redis = PrivateRedis::start().await;
+    let db = Arc::new(TestDatabase::fresh().await);
+    let url = redis.url();
+    let app = TestApp::spawn_on(db, Arc::new(SystemClock), move |c| {
+        c.redis_url = Some(url);
+        c.redis_key_prefix = fresh_prefix();
+        c.run_worker = false;
+        // A leased node id would be lost with Redis, and the process would exit.
+        c.node_id = Some(1);
+        c.amqp_url = None;
+        c.rate_limit.registrations_per_ip_per_hour = 3;
+    })
+    .await;
+    assert_eq!(register(&app, "before", None).await.0, StatusCode::CREATED);
+    redis.stop().await;
+
+    let started = tokio::time::Instant::now();
+    let mut answers = Vec::new();
+    for i in 0..8 {
+        answers.push(register(&app, &format!("during{i}"), None).await);
+    }
+    let created = tally(
+        &answers,
+        StatusCode::CREATED,
+        "too_many_registrations",
+        2 * 3600,
+    );
+    assert_eq!(created, 2, "this server's own count still holds");
+    assert_eq!(users_stored(&app).await, 3);
+    // Each request waited for Redis at most a moment before going on without it.
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+}
