@@ -183,7 +183,7 @@ async function openGuardedSale(context, page) {
 
 async function buyGuardedSale({ tab, card, startsAt, asked }) {
   const button = card.locator('button[data-buy]');
-  await tab.waitForFunction((el) => !el.disabled, await button.elementHandle(), { timeout: startsAt - Date.now() + TIMEOUT });
+  await tab.waitForFunction((el) => !el.disabled, await button.elementHandle(), { timeout: Math.max(startsAt - Date.now(), 0) + TIMEOUT });
   check(asked.challenge !== null && asked.challenge.status === 200, 'the page asked for the puzzle');
   check(asked.token !== null && asked.token.status === 200 && asked.token.at < startsAt,
     'the page solved the puzzle and had its buy token before the start');
@@ -228,7 +228,7 @@ async function adminProductSellsOut(page) {
   check((await card.getAttribute('data-status')) === 'upcoming' && (await button.isDisabled()), 'before its start the product cannot be bought');
   check(/\d\d:\d\d/.test(await card.locator('[data-countdown]').textContent()), 'the card counts down to the start');
   await screenshots(page, 'sale-countdown');
-  await page.waitForFunction((el) => !el.disabled, await button.elementHandle(), { timeout: startsAt - Date.now() + TIMEOUT });
+  await page.waitForFunction((el) => !el.disabled, await button.elementHandle(), { timeout: Math.max(startsAt - Date.now(), 0) + TIMEOUT });
   check(Date.now() >= startsAt - 1000, 'the buy button comes alive at the start, without a reload');
   await buy(page, card);
   await reloadUntil(page, async () => (await card.getAttribute('class')).includes('is-soldout'), 'the product sold out');
