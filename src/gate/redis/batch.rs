@@ -289,23 +289,34 @@ mod tests {
         decided
     }
 
-    #[tokio::test]
-    async fn a_key_is_kept_with_its_order_in_the_step_that_takes_the_units() {
-        let mut redis = crate::redis_link::test_link().await;
-        let prefix = format!("seckill-unit:{}:keyed:", std::process::id());
-        let gate = RedisGate::new(redis.clone(), &prefix);
-        let product = GateProduct {
+    /// Product 1 on sale now with three units, paused or not, at `limit` a buyer.
+    fn three_units(paused: bool, limit: u32) -> GateProduct {
+        GateProduct {
             id: ProductId(1),
             window: SaleWindow::new(NOW - 1_000, NOW + 60_000).unwrap(),
-            paused: false,
+            paused,
             remaining: 3,
-            per_user_limit: 2,
+            per_user_limit: limit,
             holdings: vec![],
             released: vec![],
             kept: vec![],
-        };
+        }
+    }
+
+    /// A gate under a prefix of this test's own (`tag`) with `product` loaded: the Redis link,
+    /// the gate and the product's keys.
+    async fn loaded(tag: &str, product: &GateProduct) -> (RedisLink, RedisGate, Keys) {
+        let redis = crate::redis_link::test_link().await;
+        let prefix = format!("seckill-unit:{}:{tag}", std::process::id());
+        let gate = RedisGate::new(redis.clone(), &prefix);
         gate.load(product.clone()).await.unwrap();
-        let keys = Keys::of(&prefix, ProductId(1));
+        (redis, gate, Keys::of(&prefix, ProductId(1)))
+    }
+
+    #[tokio::test]
+    async fn a_key_is_kept_with_its_order_in_the_step_that_takes_the_units() {
+        let product = three_units(false, 2);
+        let (mut redis, gate, keys) = loaded("keyed:", &product).await;
 
         // One call: a buy with key `a`, its retry (which replays it), the key with another
         // quantity (refused), and a buy without a key.
@@ -386,21 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_sent_again_answers_as_its_first_run_and_takes_nothing_more() {
-        let mut redis = crate::redis_link::test_link().await;
-        let prefix = format!("seckill-unit:{}:", std::process::id());
-        let gate = RedisGate::new(redis.clone(), &prefix);
-        let product = GateProduct {
-            id: ProductId(1),
-            window: SaleWindow::new(NOW - 1_000, NOW + 60_000).unwrap(),
-            paused: false,
-            remaining: 3,
-            per_user_limit: 1,
-            holdings: vec![],
-            released: vec![],
-            kept: vec![],
-        };
-        gate.load(product).await.unwrap();
-        let keys = Keys::of(&prefix, ProductId(1));
+        let (mut redis, gate, keys) = loaded("", &three_units(false, 1)).await;
 
         // Redis forgets its scripts (as after a restart): the first call loads it again.
         let _: () = redis::cmd("SCRIPT")
@@ -448,21 +445,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_paused_product_refuses_every_buy_of_a_call_until_resumed() {
-        let mut redis = crate::redis_link::test_link().await;
-        let prefix = format!("seckill-unit:{}:paused:", std::process::id());
-        let gate = RedisGate::new(redis.clone(), &prefix);
-        let product = GateProduct {
-            id: ProductId(1),
-            window: SaleWindow::new(NOW - 1_000, NOW + 60_000).unwrap(),
-            paused: true,
-            remaining: 3,
-            per_user_limit: 1,
-            holdings: vec![],
-            released: vec![],
-            kept: vec![],
-        };
-        gate.load(product).await.unwrap();
-        let keys = Keys::of(&prefix, ProductId(1));
+        let (mut redis, gate, keys) = loaded("paused:", &three_units(true, 1)).await;
 
         let buys = [order(1, 7), order(2, 8)];
         let answers = run(&mut redis, &keys, 1, &buys).await;
