@@ -3,7 +3,8 @@
 
 use crate::domain::Millis;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A source of the current time in Unix milliseconds.
 pub trait Clock: Send + Sync + 'static {
@@ -60,4 +61,47 @@ pub fn local_time_of_day(ms: Millis) -> String {
         .single()
         .map(|t| t.format("%H:%M").to_string())
         .unwrap_or_default()
+}
+
+/// At most one log line per period, whoever asks: a fault that every request of a crowd meets
+/// is told once in a while, not once a request. Wall time, whatever a test's clock says.
+pub struct LogEvery {
+    period_ms: u64,
+    /// Milliseconds since the Unix epoch of the last line, 0 for none.
+    last: AtomicU64,
+}
+
+impl LogEvery {
+    /// Lines at most once per `period`.
+    pub const fn new(period: Duration) -> Self {
+        Self {
+            period_ms: period.as_millis() as u64,
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the caller should log now; if so, the next may only after the period.
+    pub fn due(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as u64);
+        let last = self.last.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= self.period_ms
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_due_once_per_period() {
+        let every = LogEvery::new(Duration::from_secs(3600));
+        assert!(every.due());
+        assert!(!every.due());
+    }
 }

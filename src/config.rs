@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 /// The largest batch: one transaction, one RabbitMQ prefetch window, one outbox read.
 pub const MAX_BATCH: usize = 4_096;
 
+/// The largest backlog bound (`outbox_max_orders`, `commit_queue_max_orders`): ten million
+/// orders of a few hundred bytes each is already gigabytes of memory.
+pub const MAX_BACKLOG: u64 = 10_000_000;
+
 /// The largest `max_image_bytes`: an upload is held whole in memory and sent to the database
 /// in one packet, and MariaDB refuses packets over 16 MiB unless told otherwise.
 pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -21,6 +25,10 @@ pub const MAX_CHALLENGE_DIFFICULTY: u8 = 32;
 
 /// The longest a buy token may be handed out before a sale, or stay valid: a day.
 const MAX_GUARD_SECS: u64 = 24 * 3600;
+
+/// The longest duration a setting may name (ten years): every duration becomes milliseconds
+/// added to a Unix time, which must stay far inside an `i64`.
+pub const MAX_DURATION_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The whole configuration of one process.
 #[derive(Debug, Clone, Deserialize)]
@@ -49,6 +57,11 @@ pub struct Config {
     /// (`SECKILL_AMQP_QUEUE_EXPIRY_SECS`): for test runs and other throwaway deployments only,
     /// since the delay queue has no consumers and expires with every deadline in it.
     pub amqp_queue_expiry_secs: Option<u64>,
+    /// Declare this deployment's RabbitMQ queues as quorum queues (`SECKILL_AMQP_QUORUM_QUEUES`),
+    /// replicated over the nodes of a RabbitMQ cluster (3.10 or later: the delay queue needs
+    /// their message TTL), instead of classic queues, which live on one node. A queue's type
+    /// is fixed when it is first declared: switching a deployment needs a new `amqp_prefix`.
+    pub amqp_quorum_queues: bool,
     /// `seckill serve` also runs the worker's consumers (`SECKILL_RUN_WORKER`, or
     /// `serve --worker`). Cluster mode only: embedded mode has no separate consumers.
     pub run_worker: bool,
@@ -89,6 +102,16 @@ pub struct Config {
     /// (`SECKILL_MAX_BATCH`). Group commit rarely fills a batch; a worker draining a backlog
     /// does, and larger batches spread each commit over more orders.
     pub max_batch: usize,
+    /// Most accepted orders one product's outbox may hold before its buys are refused
+    /// (`SECKILL_OUTBOX_MAX_ORDERS`), cluster mode: orders sold but not in the database yet,
+    /// whether they wait in Redis or in RabbitMQ. Past it a buy gets `503 backlog_full` with
+    /// `Retry-After` and nothing is taken, so a stalled database or worker costs Redis at most
+    /// this many orders a product instead of growing until Redis runs out of memory.
+    pub outbox_max_orders: u64,
+    /// Most orders waiting for the group commit (`SECKILL_COMMIT_QUEUE_MAX_ORDERS`), embedded
+    /// mode: past it a buy gets `503 backlog_full` with `Retry-After` and its units go back on
+    /// sale, so a slow database pushes back on buyers instead of growing memory.
+    pub commit_queue_max_orders: usize,
     /// Mark the session cookie `Secure` (serve over HTTPS) (`SECKILL_SECURE_COOKIES`).
     pub secure_cookies: bool,
     /// Behind a reverse proxy: the header it puts the client address in, e.g.
@@ -273,6 +296,7 @@ impl Default for Config {
             amqp_url: None,
             amqp_prefix: "seckill.".into(),
             amqp_queue_expiry_secs: None,
+            amqp_quorum_queues: false,
             run_worker: false,
             demo: false,
             claim_after_ms: 15_000,
@@ -281,6 +305,8 @@ impl Default for Config {
             max_body_bytes: 16 * 1024,
             max_image_bytes: 2 * 1024 * 1024,
             max_batch: 2_048,
+            outbox_max_orders: 100_000,
+            commit_queue_max_orders: 16_384,
             secure_cookies: false,
             client_ip_header: None,
             rate_limit: RateLimitConfig::default(),
@@ -316,8 +342,12 @@ impl Config {
         if let Some(file) = file {
             builder = builder.add_source(config::File::from(file).required(true));
         }
+        Self::read(builder.add_source(environment()))
+    }
+
+    /// The configuration `builder`'s sources make, over the defaults, validated.
+    fn read(builder: config::ConfigBuilder<config::builder::DefaultState>) -> anyhow::Result<Self> {
         let config: Config = builder
-            .add_source(environment())
             .build()
             .context("reading configuration")?
             .try_deserialize()
@@ -361,6 +391,14 @@ impl Config {
         if self.max_batch > MAX_BATCH {
             bail!("max_batch must be at most {MAX_BATCH}");
         }
+        if !(1..=MAX_BACKLOG).contains(&self.outbox_max_orders) {
+            bail!("outbox_max_orders (SECKILL_OUTBOX_MAX_ORDERS) must be 1 to {MAX_BACKLOG}");
+        }
+        if !(1..=MAX_BACKLOG as usize).contains(&self.commit_queue_max_orders) {
+            bail!(
+                "commit_queue_max_orders (SECKILL_COMMIT_QUEUE_MAX_ORDERS) must be 1 to {MAX_BACKLOG}"
+            );
+        }
         if let Some(name) = &self.client_ip_header
             && axum::http::HeaderName::try_from(name.as_str()).is_err()
         {
@@ -371,6 +409,17 @@ impl Config {
         }
         if self.claim_after_ms == 0 {
             bail!("claim_after_ms must be positive");
+        }
+        for (name, secs) in [
+            ("payment_window_secs", Some(self.payment_window_secs)),
+            ("session_ttl_secs", Some(self.session_ttl_secs)),
+            ("preheat_secs", Some(self.preheat_secs)),
+            ("amqp_queue_expiry_secs", self.amqp_queue_expiry_secs),
+            ("claim_after_ms", Some(self.claim_after_ms / 1000)),
+        ] {
+            if secs.is_some_and(|secs| secs > MAX_DURATION_SECS) {
+                bail!("{name} must be at most ten years");
+            }
         }
         if let Some(url) = &self.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -488,6 +537,24 @@ mod tests {
     }
 
     #[test]
+    fn the_backlog_bounds_are_positive_and_at_most_the_largest() {
+        let with = |outbox_max_orders, commit_queue_max_orders| {
+            Config {
+                outbox_max_orders,
+                commit_queue_max_orders,
+                ..Config::default()
+            }
+            .validate()
+        };
+        with(1, 1).unwrap();
+        with(MAX_BACKLOG, MAX_BACKLOG as usize).unwrap();
+        assert!(with(0, 1).is_err());
+        assert!(with(1, 0).is_err());
+        assert!(with(MAX_BACKLOG + 1, 1).is_err());
+        assert!(with(1, MAX_BACKLOG as usize + 1).is_err());
+    }
+
+    #[test]
     fn the_guard_settings_are_bounded() {
         let with = |edit: fn(&mut GuardConfig)| {
             let mut config = Config::default();
@@ -590,5 +657,114 @@ mod tests {
         assert!(!s.matches("admin-token-12345"));
         assert!(!s.matches("admin-token-123457"));
         assert_eq!(format!("{s:?}"), "Secret(***)");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// The configuration a TOML text and `SECKILL_*` variables make, as [`Config::load`]
+        /// reads a file and the environment.
+        fn read(toml: &str, variables: Vec<(String, String)>) -> anyhow::Result<Config> {
+            let variables = variables.into_iter().collect();
+            Config::read(
+                config::Config::builder()
+                    .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+                    .add_source(environment().source(Some(variables))),
+            )
+        }
+
+        /// Settings of each kind: numbers that must be positive or bounded, text, addresses,
+        /// nested tables.
+        const KEYS: [&str; 16] = [
+            "payment_window_secs",
+            "session_ttl_secs",
+            "preheat_secs",
+            "claim_after_ms",
+            "amqp_queue_expiry_secs",
+            "max_batch",
+            "max_body_bytes",
+            "max_image_bytes",
+            "per_user_limit",
+            "node_id",
+            "database_max_connections",
+            "http_addr",
+            "public_url",
+            "client_ip_header",
+            "rate_limit.per_ip_per_sec",
+            "guard.challenge_difficulty",
+        ];
+
+        /// A TOML value of any type, shaped to hit the bounds.
+        fn toml_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                prop::sample::select(vec!["0", "-1", "1", "18446744073709551615", "1e400", "1.5"])
+                    .prop_map(str::to_owned),
+                ".{0,12}".prop_map(|s| format!("{s:?}")),
+                any::<bool>().prop_map(|b| b.to_string()),
+                Just("[1, 2]".to_owned()),
+            ]
+        }
+
+        fn variable() -> impl Strategy<Value = (String, String)> {
+            let name = prop::sample::select(KEYS.to_vec())
+                .prop_map(|key| format!("SECKILL_{}", key.replace('.', "__").to_uppercase()));
+            (
+                name,
+                prop_oneof![any::<u64>().prop_map(|n| n.to_string()), ".{0,12}"],
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Whatever a file and the environment say, reading them never panics: it makes a
+            /// configuration whose durations fit in milliseconds of an `i64` after any Unix
+            /// time, or refuses with a message.
+            #[test]
+            fn any_file_and_environment_make_a_sound_configuration_or_a_message(
+                settings in prop::collection::vec((prop::sample::select(KEYS.to_vec()), toml_value()), 0..4),
+                garbage in ".{0,40}",
+                with_garbage in any::<bool>(),
+                variables in prop::collection::vec(variable(), 0..3),
+            ) {
+                let mut toml = String::new();
+                for (key, value) in &settings {
+                    match key.split_once('.') {
+                        Some((table, key)) => toml.push_str(&format!("[{table}]\n{key} = {value}\n")),
+                        None => toml.insert_str(0, &format!("{key} = {value}\n")),
+                    }
+                }
+                if with_garbage {
+                    toml.push_str(&garbage);
+                }
+                match read(&toml, variables) {
+                    Ok(config) => {
+                        let year_9999 = 253_402_300_799_000i64;
+                        for secs in [config.payment_window_secs, config.session_ttl_secs, config.preheat_secs] {
+                            prop_assert!(i64::try_from(secs * 1000).is_ok_and(|ms| ms.checked_add(year_9999).is_some()));
+                        }
+                        prop_assert!(config.validate().is_ok());
+                    }
+                    Err(e) => {
+                        let message = format!("{e:#}");
+                        prop_assert!(!message.trim().is_empty());
+                    }
+                }
+            }
+
+            /// A duration too long to add to a time is refused, naming its setting.
+            #[test]
+            fn a_duration_past_ten_years_is_refused_by_name(
+                key in prop::sample::select(KEYS[..4].to_vec()),
+                secs in MAX_DURATION_SECS + 1..=i64::MAX as u64 / 1000,
+            ) {
+                let value = if key.ends_with("_ms") { secs * 1000 } else { secs };
+                let refused = read(&format!("{key} = {value}"), Vec::new()).unwrap_err();
+                let message = format!("{refused:#}");
+                prop_assert!(message.contains(key), "{}", message);
+            }
+        }
     }
 }

@@ -72,6 +72,11 @@ impl ApiError {
         Self::client(StatusCode::NOT_FOUND, code, message)
     }
 
+    /// 404 `unknown_product`: every route's answer for a product id that names none.
+    pub fn unknown_product() -> Self {
+        Self::not_found("unknown_product", "no such product")
+    }
+
     /// 409 with a specific code.
     pub fn conflict(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
         Self::client(StatusCode::CONFLICT, code, message)
@@ -292,7 +297,7 @@ impl From<crate::sale::BuyError> for ApiError {
         use crate::gate::Rejection;
         use crate::sale::BuyError;
         match e {
-            BuyError::UnknownProduct => Self::not_found("unknown_product", "no such product"),
+            BuyError::UnknownProduct => Self::unknown_product(),
             BuyError::Rejected(Rejection::NotLoaded | Rejection::NotStarted) => Self::client(
                 StatusCode::FORBIDDEN,
                 "not_started",
@@ -317,17 +322,32 @@ impl From<crate::sale::BuyError> for ApiError {
                 Self::conflict("sold_out", format!("only {remaining} left: ask for fewer"))
             }
             BuyError::Rejected(Rejection::KeyReused) => key_reused(),
+            BuyError::Rejected(Rejection::BacklogFull) => Self::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backlog_full",
+                "orders are arriving faster than they can be stored; nothing was bought, try again \
+                 shortly",
+            )
+            .retry_after(1),
             BuyError::Unavailable(e) => {
-                tracing::error!(error = ?e, "buy failed");
+                if BUY_FAILURES_LOGGED.due() {
+                    tracing::error!(error = ?e, "buy failed (more within 10 s are not logged)");
+                }
                 Self::client(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
                     "the order could not be taken right now; nothing was bought, try again",
                 )
+                .retry_after(1)
             }
         }
     }
 }
+
+/// When a failed buy was last logged: during an outage every buy of a crowd fails alike, and
+/// one line in ten seconds tells as much as thousands (`seckill_buys_total` counts them all).
+static BUY_FAILURES_LOGGED: crate::clock::LogEvery =
+    crate::clock::LogEvery::new(std::time::Duration::from_secs(10));
 
 /// 409: an `Idempotency-Key` sent again with another request, as the IETF draft on the header
 /// answers it.
@@ -409,7 +429,7 @@ impl From<crate::sale::AdminError> for ApiError {
         use crate::sale::AdminError;
         match e {
             AdminError::Invalid { code, message } => Self::invalid(code, message),
-            AdminError::UnknownProduct => Self::not_found("unknown_product", "no such product"),
+            AdminError::UnknownProduct => Self::unknown_product(),
             AdminError::UnknownEvent => Self::not_found("unknown_event", "no such sale event"),
             AdminError::Store(e) => e.into(),
             AdminError::Backend(e) => e.into(),

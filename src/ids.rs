@@ -66,6 +66,11 @@ impl Snowflake {
         }
     }
 
+    /// The node id this generator stamps into its ids.
+    pub fn node(&self) -> u16 {
+        self.node as u16
+    }
+
     fn compose(&self, state: u64) -> i64 {
         let millis = state >> SEQUENCE_BITS;
         let sequence = state & ((1 << SEQUENCE_BITS) - 1);
@@ -81,6 +86,12 @@ pub fn made_at(id: i64) -> crate::domain::Millis {
     (id >> (NODE_BITS + SEQUENCE_BITS)) + EPOCH_MS
 }
 
+/// The node whose generator made an id, read back from its node bits: with [`made_at`], tells
+/// which process made an order and whether that was since it started.
+pub fn node_of(id: i64) -> u16 {
+    ((id >> SEQUENCE_BITS) & i64::from(MAX_NODE_ID)) as u16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,7 +103,10 @@ mod tests {
     fn an_id_tells_when_it_was_made() {
         let clock = Arc::new(ManualClock::new(EPOCH_MS + 86_400_000));
         let ids = Snowflake::new(1023, clock).unwrap();
-        assert_eq!(made_at(ids.next_id()), EPOCH_MS + 86_400_000);
+        let id = ids.next_id();
+        assert_eq!(made_at(id), EPOCH_MS + 86_400_000);
+        assert_eq!(node_of(id), 1023);
+        assert_eq!(ids.node(), 1023);
     }
 
     #[test]

@@ -415,7 +415,8 @@
           case 'too_early':
             showMsg(c, 'error', [tr('guard_failed')]);
             break;
-          case 'rate_limited': {
+          case 'rate_limited':
+          case 'backlog_full': {
             const wait = retryAfterMs(r.res);
             c.cooldownUntil = Date.now() + wait;
             showMsg(c, 'info', [tr('rate_limited_msg', { n: Math.ceil(wait / 1000) })]);
@@ -512,7 +513,8 @@
   // ======================================================================
   // Login page
   // ======================================================================
-  const AUTH_CODES = ['invalid_credentials', 'username_taken', 'invalid_username', 'weak_password', 'rate_limited'];
+  const AUTH_CODES = ['invalid_credentials', 'user_disabled', 'username_taken', 'invalid_username', 'weak_password', 'rate_limited',
+    'too_many_registrations', 'too_many_sign_ins', 'busy', 'invalid_challenge_answer'];
 
   function initLogin() {
     let next = body.dataset.next || '/';

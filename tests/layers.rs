@@ -20,7 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("config", &["domain", "ids", "redact", "store"]),
     ("gate", &["domain", "redis_link"]),
     ("lease", &["ids", "redis_link"]),
-    ("limits", &["redis_link"]),
+    ("limits", &["clock", "redis_link"]),
     (
         "sale",
         &["clock", "domain", "gate", "ids", "payment", "store"],
@@ -39,7 +39,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("auth", &["clock", "domain"]),
-    ("error", &["auth", "domain", "gate", "sale", "store"]),
+    (
+        "error",
+        &["auth", "clock", "domain", "gate", "sale", "store"],
+    ),
     ("demo", &["auth", "clock", "domain", "store"]),
     (
         "http",

@@ -63,10 +63,15 @@ impl Cluster {
         let amqp = config.amqp_url.as_ref().map(|url| Amqp {
             url: url.clone(),
             topology: Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
-                .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000)),
+                .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000))
+                .quorum(config.amqp_quorum_queues),
         });
         Ok(Self {
-            gate: Arc::new(RedisGate::new(redis.clone(), &prefix)),
+            gate: Arc::new(RedisGate::new(
+                redis.clone(),
+                &prefix,
+                config.outbox_max_orders,
+            )),
             redis,
             prefix,
             node_id,

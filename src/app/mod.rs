@@ -94,7 +94,11 @@ impl Mode {
         Ok(match &config.redis_url {
             Some(url) => Self::Cluster(Cluster::connect(config, url).await?),
             None => Self::Embedded {
-                commit: GroupCommit::start(store.clone(), config.max_batch)?,
+                commit: GroupCommit::start(
+                    store.clone(),
+                    config.max_batch,
+                    config.commit_queue_max_orders,
+                )?,
             },
         })
     }

@@ -259,4 +259,69 @@ mod tests {
             assert_eq!(leading_zero_bits("x", &nonce), expected);
         }
     }
+
+    mod properties {
+        use super::*;
+        use crate::domain::edits::edit;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// A buy token buys for its own user and product only, until its expiry.
+            #[test]
+            fn a_buy_token_is_good_for_its_user_and_product_only(
+                user in any::<i64>(),
+                product in any::<i64>(),
+                other in any::<i64>(),
+                expires_at in NOW + 1..i64::MAX,
+            ) {
+                let token = signer().buy_token(UserId(user), ProductId(product), expires_at);
+                let check = |u, p, now| signer().check_buy_token(&token, UserId(u), ProductId(p), now);
+                prop_assert!(check(user, product, NOW));
+                prop_assert!(!check(user, product, expires_at));
+                prop_assert_eq!(check(other, product, NOW), other == user);
+                prop_assert_eq!(check(user, other, NOW), other == product);
+            }
+
+            /// A buy token changed in any character buys nothing.
+            #[test]
+            fn a_changed_buy_token_never_checks(user in any::<i64>(), product in any::<i64>(), edit in edit()) {
+                let token = signer().buy_token(UserId(user), ProductId(product), NOW + 10);
+                if let Some(changed) = edit.apply(&token) {
+                    prop_assert!(!signer().check_buy_token(&changed, UserId(user), ProductId(product), NOW));
+                }
+            }
+
+            /// A challenge asking for no work is answered by any nonce, for its scope; changed
+            /// in any character it answers nothing, whatever the nonce.
+            #[test]
+            fn a_changed_challenge_is_never_answered(
+                user in any::<i64>(),
+                product in any::<i64>(),
+                nonce in "[0-9a-z]{1,64}",
+                edit in edit(),
+            ) {
+                let challenge = signer().challenge(buy(user, product), 0, NOW + 10);
+                prop_assert!(signer().check_answer(&challenge, &nonce, buy(user, product), NOW));
+                if let Some(changed) = edit.apply(&challenge) {
+                    prop_assert!(!signer().check_answer(&changed, &nonce, buy(user, product), NOW));
+                }
+            }
+
+            /// Text from anywhere is neither a buy token nor a challenge, and never panics.
+            #[test]
+            fn arbitrary_text_is_no_token_and_no_challenge(
+                text in any::<String>(),
+                nonce in any::<String>(),
+                shaped in "[A-Za-z0-9_-]{0,180}[.][A-Za-z0-9_-]{0,60}",
+            ) {
+                for token in [&text, &shaped] {
+                    prop_assert!(!signer().check_buy_token(token, UserId(1), ProductId(1), NOW));
+                    prop_assert!(!signer().check_answer(token, &nonce, buy(1, 1), NOW));
+                    prop_assert!(!signer().check_answer(token, &nonce, Scope::Registration("alice"), NOW));
+                }
+            }
+        }
+    }
 }

@@ -4,8 +4,12 @@
 //! server that ended one knows at once), and refuses their tokens. The set holds at most the
 //! sessions ended within one token lifetime, and each needed a sign-in (a password hash, of
 //! which a server makes a bounded number a second) or the admin token.
+//!
+//! Disabling an account ends all of its sessions the same way, as one cut-off per account:
+//! its tokens issued at or before the cut-off are refused, until the last of them would have
+//! expired. Re-enabling the account does not lift it: the owner signs in again.
 
-use crate::domain::Millis;
+use crate::domain::{Millis, UserId};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::RwLock;
@@ -35,18 +39,53 @@ impl fmt::Display for SessionId {
     }
 }
 
-/// The ended sessions this process knows of, each until its token would have expired.
+/// An account's cut-off: tokens issued at or before `at` are refused until `expires_at`, when
+/// the last of them expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cutoff {
+    at: Millis,
+    expires_at: Millis,
+}
+
+/// The ended sessions this process knows of, each until its token would have expired, and the
+/// cut-offs of disabled accounts.
 #[derive(Default)]
 pub struct RevokedSessions {
     ended: RwLock<HashMap<SessionId, Millis>>,
     /// Whether any is held: most of the time none is, and checking a token then takes no lock.
     any: AtomicBool,
+    cutoffs: RwLock<HashMap<UserId, Cutoff>>,
+    /// Whether any cut-off is held, as `any` is for `ended`.
+    any_cutoff: AtomicBool,
 }
 
 impl RevokedSessions {
     /// Whether the session was ended.
     pub fn contains(&self, id: SessionId) -> bool {
         self.any.load(Ordering::Acquire) && self.read().contains_key(&id)
+    }
+
+    /// Whether a token of `user` for `session`, issued at `issued_at`, is refused: its session
+    /// was ended, or its account was disabled after it was issued.
+    pub fn refuses(&self, session: SessionId, user: UserId, issued_at: Millis) -> bool {
+        self.contains(session)
+            || (self.any_cutoff.load(Ordering::Acquire)
+                && self
+                    .read_cutoffs()
+                    .get(&user)
+                    .is_some_and(|cutoff| issued_at <= cutoff.at))
+    }
+
+    /// Notes that `user`'s tokens issued at or before `at` are refused, until `expires_at`.
+    /// A later cut-off of the same account replaces an earlier one, never the reverse.
+    pub fn cut_off(&self, user: UserId, at: Millis, expires_at: Millis) {
+        let mut cutoffs = self.cutoffs.write().unwrap_or_else(|e| e.into_inner());
+        let new = Cutoff { at, expires_at };
+        cutoffs
+            .entry(user)
+            .and_modify(|held| *held = held.later(new))
+            .or_insert(new);
+        self.any_cutoff.store(true, Ordering::Release);
     }
 
     /// Notes an ended session, valid until `expires_at` otherwise.
@@ -56,11 +95,17 @@ impl RevokedSessions {
         self.any.store(true, Ordering::Release);
     }
 
-    /// Forgets the sessions whose tokens have expired by `now`: they prove nothing anyway.
+    /// Forgets the sessions and cut-offs whose tokens have expired by `now`: they prove
+    /// nothing anyway.
     pub fn forget_expired(&self, now: Millis) {
         let mut ended = self.ended.write().unwrap_or_else(|e| e.into_inner());
         ended.retain(|_, expires_at| *expires_at > now);
         self.any.store(!ended.is_empty(), Ordering::Release);
+        drop(ended);
+        let mut cutoffs = self.cutoffs.write().unwrap_or_else(|e| e.into_inner());
+        cutoffs.retain(|_, cutoff| cutoff.expires_at > now);
+        self.any_cutoff
+            .store(!cutoffs.is_empty(), Ordering::Release);
     }
 
     /// How many ended sessions are held.
@@ -75,6 +120,17 @@ impl RevokedSessions {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SessionId, Millis>> {
         self.ended.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_cutoffs(&self) -> std::sync::RwLockReadGuard<'_, HashMap<UserId, Cutoff>> {
+        self.cutoffs.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Cutoff {
+    /// The later of two cut-offs of one account, which refuses every token either refuses.
+    fn later(self, other: Self) -> Self {
+        if other.at > self.at { other } else { self }
     }
 }
 
@@ -112,5 +168,63 @@ mod tests {
         revoked.forget_expired(2_000);
         assert!(!revoked.contains(ended));
         assert!(revoked.is_empty());
+    }
+
+    #[test]
+    fn a_cut_off_refuses_the_accounts_tokens_issued_until_then_and_no_others() {
+        let revoked = RevokedSessions::default();
+        let (alice, bob) = (UserId(1), UserId(2));
+        let session = SessionId::random();
+        assert!(!revoked.refuses(session, alice, 1_000));
+        revoked.cut_off(alice, 1_000, 5_000);
+        assert!(revoked.refuses(session, alice, 999));
+        assert!(
+            revoked.refuses(session, alice, 1_000),
+            "issued in the same millisecond"
+        );
+        assert!(
+            !revoked.refuses(session, alice, 1_001),
+            "signed in again after"
+        );
+        assert!(!revoked.refuses(session, bob, 999), "another account");
+        revoked.cut_off(alice, 500, 4_500);
+        assert!(
+            revoked.refuses(session, alice, 999),
+            "an earlier cut-off does not shrink it"
+        );
+        revoked.cut_off(alice, 2_000, 6_000);
+        assert!(
+            revoked.refuses(session, alice, 1_500),
+            "a later one widens it"
+        );
+        revoked.forget_expired(5_999);
+        assert!(revoked.refuses(session, alice, 1_500));
+        revoked.forget_expired(6_000);
+        assert!(!revoked.refuses(session, alice, 1_500));
+        revoked.insert(session, 9_000);
+        assert!(
+            revoked.refuses(session, bob, 8_000),
+            "an ended session is refused too"
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Every id reads back from its hex, and a text is an id exactly when it is 32 hex
+            /// digits, the same id whatever their case.
+            #[test]
+            fn ids_round_trip_and_only_32_hex_digits_parse(id in any::<u128>(), text in any::<String>(), hex in "[0-9a-fA-F]{32}") {
+                prop_assert_eq!(SessionId::parse(&SessionId(id).to_string()), Some(SessionId(id)));
+                let parsed = SessionId::parse(&hex).map(|id| id.to_string());
+                prop_assert_eq!(parsed, Some(hex.to_ascii_lowercase()));
+                let is_hex = text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit());
+                prop_assert_eq!(SessionId::parse(&text).is_some(), is_hex);
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Session tokens: `base64url(user_id:expires_ms:session_id:username) . base64url(HMAC-SHA256)`.
 //! Checking one is a hash over a few bytes, no database, so the buy path can authenticate
-//! every request. Signing out ends the token's session through
-//! [`RevokedSessions`](super::revocation::RevokedSessions), which the caller checks; rotating
+//! every request. Signing out ends the token's session, and disabling its account ends every
+//! session of the account, through [`RevokedSessions`](super::revocation::RevokedSessions),
+//! which the caller checks; rotating
 //! `SECKILL_SECRET` ends every session at once.
 
 use super::revocation::SessionId;
@@ -54,6 +55,9 @@ pub struct Claims {
     pub user_id: UserId,
     pub username: String,
     pub expires_at: Millis,
+    /// When the token was issued: its expiry less the tokens' lifetime. An account disabled
+    /// since then refuses it.
+    pub issued_at: Millis,
     /// The session the token belongs to, to end it on sign-out.
     pub session: SessionId,
 }
@@ -71,6 +75,11 @@ impl TokenSigner {
             mac: HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length"),
             ttl_ms,
         }
+    }
+
+    /// How long a token is valid from its issue.
+    pub fn ttl_ms(&self) -> i64 {
+        self.ttl_ms
     }
 
     /// A token for a new session of `user`, valid from `now` for the configured lifetime.
@@ -112,6 +121,7 @@ impl TokenSigner {
             user_id: UserId(user_id),
             username,
             expires_at,
+            issued_at: expires_at.saturating_sub(self.ttl_ms),
             session,
         })
     }
@@ -133,6 +143,7 @@ mod tests {
         assert_eq!(claims.user_id, UserId(7));
         assert_eq!(claims.username, "alice");
         assert_eq!(claims.expires_at, exp);
+        assert_eq!(claims.issued_at, 5_000);
         let (again, _) = signer().issue(UserId(7), &name, 5_000);
         let second = signer().verify(&again, 5_500).unwrap();
         assert_ne!(
@@ -186,6 +197,67 @@ mod tests {
             &format!("{long}.{sig}"),
         ] {
             assert!(signer().verify(junk, 5_500).is_none(), "{junk}");
+        }
+    }
+
+    mod properties {
+        use super::*;
+        use crate::domain::edits::edit;
+        use proptest::prelude::*;
+
+        fn alice() -> Username {
+            Username::parse("alice").unwrap()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Whatever the user, name and time, a token proves what it was issued for until,
+            /// and not at, its expiry.
+            #[test]
+            fn an_issued_token_proves_exactly_its_claims(
+                user in any::<i64>(),
+                name in "[a-zA-Z0-9_.-]{3,32}",
+                now in 0..i64::MAX / 2,
+            ) {
+                let name = Username::parse(&name).unwrap();
+                let (token, expires_at) = signer().issue(UserId(user), &name, now);
+                let claims = signer().verify(&token, now).unwrap();
+                prop_assert_eq!(claims.user_id, UserId(user));
+                prop_assert_eq!(claims.username.as_str(), name.as_str());
+                prop_assert_eq!(claims.expires_at, expires_at);
+                prop_assert!(signer().verify(&token, expires_at).is_none());
+            }
+
+            /// A token changed in any character proves nothing.
+            #[test]
+            fn a_changed_token_never_verifies(user in any::<i64>(), edit in edit()) {
+                let (token, _) = signer().issue(UserId(user), &alice(), 1_000);
+                if let Some(changed) = edit.apply(&token) {
+                    prop_assert!(signer().verify(&changed, 1_000).is_none(), "{}", changed);
+                }
+            }
+
+            /// A form token changed in any character is refused.
+            #[test]
+            fn a_changed_form_token_is_refused(edit in edit()) {
+                let session = SessionId::random();
+                let token = signer().form_token(session);
+                if let Some(changed) = edit.apply(&token) {
+                    prop_assert!(!signer().accepts_form_token(session, &changed));
+                }
+            }
+
+            /// Text from anywhere, shaped like a token or not, proves nothing and never panics.
+            #[test]
+            fn arbitrary_text_proves_nothing(
+                text in any::<String>(),
+                shaped in "[A-Za-z0-9_-]{0,180}[.][A-Za-z0-9_-]{0,60}",
+            ) {
+                prop_assert!(signer().verify(&text, 0).is_none());
+                prop_assert!(signer().verify(&shaped, 0).is_none());
+                prop_assert!(!signer().accepts_form_token(SessionId::random(), &text));
+            }
         }
     }
 }

@@ -24,7 +24,13 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     if args.repair {
         for audit in &audits {
             let id = audit.product.id.0;
+            let missing = audit.unaccounted.unwrap_or(0);
             match audit.gate {
+                // Rebuilt from the database, the gate would sell those units again.
+                Some(_) if audit.gate_drift() != 0 && missing > 0 => println!(
+                    "product {id}: not repaired while {missing} accepted units are neither \
+                     stored nor in the outbox"
+                ),
                 Some(gate) if audit.gate_drift() != 0 && gate.in_flight_units == 0 => {
                     core.sale.rebuild_gate(audit.product.id).await?;
                     println!("product {id}: gate rebuilt from the database");
@@ -52,8 +58,17 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
 
 fn print_table(audits: &[ProductAudit]) {
     println!(
-        "{:>8}  {:<24} {:>8} {:>8} {:>8} {:>9} {:>9} {:>5} {:>6}  status",
-        "product", "name", "total", "stock", "sold", "gate left", "in flight", "dead", "drift"
+        "{:>8}  {:<24} {:>8} {:>8} {:>8} {:>9} {:>9} {:>5} {:>6} {:>8}  status",
+        "product",
+        "name",
+        "total",
+        "stock",
+        "sold",
+        "gate left",
+        "in flight",
+        "dead",
+        "drift",
+        "missing"
     );
     for audit in audits {
         let p = &audit.product;
@@ -65,16 +80,28 @@ fn print_table(audits: &[ProductAudit]) {
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
+        let missing = audit.unaccounted.unwrap_or(0);
         let status = match (audit.ledger_drift(), audit.gate_drift()) {
             _ if audit.balances() => "ok",
+            (0, 0) if missing > 0 => {
+                "ACCEPTED, NOT STORED: units the servers accepted are neither in the database \
+                 nor in the outbox (on their way through a queue, or lost with Redis)"
+            }
             (0, 0) => "DEAD ENTRIES: outbox orders no worker could store",
+            (0, d) if d > 0 && missing > 0 => {
+                "GATE SHORT, ACCEPTED NOT STORED: the gate keeps off sale the units of orders \
+                 the servers accepted that are neither stored nor in the outbox"
+            }
             (0, d) if d > 0 => "GATE SHORT: undersells",
             (0, _) => "GATE OVER: would oversell",
             _ => "DATABASE LEDGER BROKEN",
         };
         let name: String = p.name.chars().take(24).collect();
+        let missing = audit
+            .unaccounted
+            .map_or_else(|| "?".to_owned(), |units| units.to_string());
         println!(
-            "{:>8}  {:<24} {:>8} {:>8} {:>8} {:>9} {:>9} {:>5} {:>6}  {status}",
+            "{:>8}  {:<24} {:>8} {:>8} {:>8} {:>9} {:>9} {:>5} {:>6} {:>8}  {status}",
             p.id.0,
             name,
             p.stock_total,
@@ -84,6 +111,7 @@ fn print_table(audits: &[ProductAudit]) {
             flight,
             dead,
             audit.gate_drift() + audit.ledger_drift(),
+            missing,
         );
     }
 }

@@ -99,4 +99,29 @@ mod tests {
         assert!(IdempotencyKey::is_live(1_000, 1_000 + day - 1));
         assert!(!IdempotencyKey::is_live(1_000, 1_000 + day));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// A key is accepted exactly when it is 1 to 64 printable ASCII characters, and is
+            /// kept as sent.
+            #[test]
+            fn a_key_is_kept_as_sent_exactly_when_it_is_printable_ascii(
+                text in any::<String>(),
+                printable in "[!-~]{1,64}",
+            ) {
+                prop_assert_eq!(IdempotencyKey::parse(&printable).unwrap().to_string(), printable);
+                let valid = (1..=IdempotencyKey::MAX_LEN).contains(&text.len())
+                    && text.bytes().all(|b| b.is_ascii_graphic());
+                match IdempotencyKey::parse(&text) {
+                    Ok(key) => prop_assert!(valid && key.as_str() == text),
+                    Err(_) => prop_assert!(!valid),
+                }
+            }
+        }
+    }
 }

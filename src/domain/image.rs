@@ -225,4 +225,64 @@ mod tests {
             assert_eq!(ImageId::parse(bad), None, "{bad}");
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        const FORMATS: [ImageFormat; 4] = [
+            ImageFormat::Png,
+            ImageFormat::Jpeg,
+            ImageFormat::Gif,
+            ImageFormat::Webp,
+        ];
+
+        fn magic(format: ImageFormat) -> &'static [u8] {
+            match format {
+                ImageFormat::Png => PNG,
+                ImageFormat::Jpeg => JPEG,
+                ImageFormat::Gif => GIF,
+                ImageFormat::Webp => WEBP,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Whatever bytes and type come in, an accepted image's bytes start with the
+            /// magic of the format it was declared as, and it is named by their hash.
+            #[test]
+            fn an_accepted_image_is_what_it_was_declared_as(
+                bytes in prop::collection::vec(any::<u8>(), 0..64),
+                declared in prop::option::of("image/(png|jpeg|gif|webp|svg\\+xml)(; ?q=1)?|.{0,20}"),
+                format in prop::sample::select(FORMATS.to_vec()),
+                with_magic in any::<bool>(),
+            ) {
+                let bytes = if with_magic { [magic(format), &bytes[..]].concat() } else { bytes };
+                match Image::parse(declared.as_deref(), Bytes::from(bytes.clone())) {
+                    Ok(image) => {
+                        prop_assert_eq!(declared.as_deref().and_then(ImageFormat::from_content_type), Some(image.format));
+                        prop_assert_eq!(ImageFormat::sniff(&bytes), Some(image.format));
+                        prop_assert_eq!(image.id, ImageId::of(&bytes));
+                    }
+                    Err(_) => prop_assert!(
+                        bytes.is_empty()
+                            || ImageFormat::sniff(&bytes).is_none()
+                            || declared.as_deref().and_then(ImageFormat::from_content_type) != ImageFormat::sniff(&bytes)
+                    ),
+                }
+                if with_magic {
+                    prop_assert_eq!(ImageFormat::sniff(&bytes), Some(format));
+                }
+            }
+
+            /// Every id reads back from its text, and only 64 lowercase hex digits are an id.
+            #[test]
+            fn ids_round_trip_and_only_lowercase_hex_parses(id in any::<[u8; 32]>(), text in "[0-9a-fA-Fg]{64}|.{0,70}") {
+                prop_assert_eq!(ImageId::parse(&ImageId(id).to_string()), Some(ImageId(id)));
+                let hex = text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                prop_assert_eq!(ImageId::parse(&text).map(|id| id.to_string()), hex.then(|| text.clone()));
+            }
+        }
+    }
 }

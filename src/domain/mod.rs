@@ -2,6 +2,8 @@
 //! user are, and which values are valid. Input is parsed into these types once, at the edge;
 //! the rest of the system trusts them.
 
+#[cfg(test)]
+pub mod edits;
 pub mod idempotency;
 pub mod image;
 pub mod money;

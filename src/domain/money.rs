@@ -60,4 +60,24 @@ mod tests {
         assert_eq!(Money::from_cents(-1), Err(InvalidMoney));
         assert_eq!(Money::from_cents(Money::MAX_CENTS + 1), Err(InvalidMoney));
     }
+
+    mod properties {
+        use super::*;
+        use crate::domain::Quantity;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Any integer is a price exactly when it is 0 to the maximum, and any price times
+            /// any quantity a buy may ask for is exact.
+            #[test]
+            fn prices_are_bounded_and_totals_exact(cents in any::<i64>(), price in 0..=Money::MAX_CENTS, units in 1i64..=100) {
+                prop_assert_eq!(Money::from_cents(cents).is_ok(), (0..=Money::MAX_CENTS).contains(&cents));
+                let quantity = Quantity::parse(units).unwrap();
+                let total = Money::from_cents(price).unwrap().times(quantity.get());
+                prop_assert_eq!(Some(total.cents()), price.checked_mul(units));
+            }
+        }
+    }
 }

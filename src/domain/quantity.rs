@@ -52,4 +52,24 @@ mod tests {
             assert_eq!(Quantity::parse(bad), Err(InvalidQuantity), "{bad}");
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Any integer is a quantity exactly when it is 1 to 100, and keeps its value.
+            #[test]
+            fn a_quantity_is_one_to_a_hundred_and_keeps_its_value(value in any::<i64>(), small in -5i64..110) {
+                for v in [value, small] {
+                    match Quantity::parse(v) {
+                        Ok(q) => prop_assert!((1..=100).contains(&v) && i64::from(q.get()) == v),
+                        Err(_) => prop_assert!(!(1..=100).contains(&v)),
+                    }
+                }
+            }
+        }
+    }
 }

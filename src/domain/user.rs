@@ -96,4 +96,49 @@ mod tests {
         assert!(Password::parse("1234567").is_err());
         assert!(Password::parse(&"x".repeat(129)).is_err());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn name_rules(raw: &str) -> bool {
+            (3..=32).contains(&raw.len())
+                && raw
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// A name is accepted exactly when it follows the rules, kept in lower case, and
+            /// reads back as itself.
+            #[test]
+            fn names_follow_the_rules_and_read_back_as_themselves(
+                raw in any::<String>(),
+                shaped in "[A-Za-z0-9_.\\-]{0,34}",
+            ) {
+                for raw in [raw, shaped] {
+                    match Username::parse(&raw) {
+                        Ok(name) => {
+                            prop_assert!(name_rules(&raw));
+                            prop_assert_eq!(name.as_str(), raw.to_ascii_lowercase());
+                            prop_assert_eq!(Username::parse(name.as_str()), Ok(name.clone()));
+                        }
+                        Err(_) => prop_assert!(!name_rules(&raw)),
+                    }
+                }
+            }
+
+            /// A password is 8 to 128 characters (not bytes) of anything, kept as typed.
+            #[test]
+            fn passwords_are_eight_to_a_hundred_and_twenty_eight_characters(raw in ".{0,140}") {
+                let chars = raw.chars().count();
+                match Password::parse(&raw) {
+                    Ok(password) => prop_assert!((8..=128).contains(&chars) && password.expose() == raw),
+                    Err(_) => prop_assert!(!(8..=128).contains(&chars)),
+                }
+            }
+        }
+    }
 }

@@ -85,6 +85,11 @@ pub enum Rejection {
     /// lifetime.
     #[error("the idempotency key was used for another buy")]
     KeyReused,
+    /// Too many accepted orders wait to be stored (the product's outbox, or the group commit's
+    /// queue, is at its bound) or too many buys wait for the gate: the database or the worker is
+    /// behind. Nothing was taken; the buyer may try again shortly.
+    #[error("too many orders are waiting to be stored")]
+    BacklogFull,
 }
 
 /// The gate's answer to a buy or a failure to reach the gate at all.

@@ -2,7 +2,6 @@
 //! CDN and a single file is the whole deployment. Responses carry an ETag and are cacheable.
 
 use axum::body::Body;
-use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::RustEmbed;
@@ -13,7 +12,10 @@ use sha2::{Digest, Sha256};
 struct Static;
 
 /// `GET /static/{*path}`.
-pub async fn serve(Path(path): Path<String>, request: HeaderMap) -> Response {
+pub async fn serve(
+    crate::error::AppPath(path): crate::error::AppPath<String>,
+    request: HeaderMap,
+) -> Response {
     let Some(file) = Static::get(&path) else {
         return crate::error::ApiError::not_found("not_found", "no such file").into_response();
     };

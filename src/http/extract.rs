@@ -23,8 +23,8 @@ pub struct AuthKeys {
     pub tokens: TokenSigner,
     pub admin_token: Secret,
     pub clock: SharedClock,
-    /// Shoppers' and operators' sessions ended by signing out, kept current from the database
-    /// by the server's revocation task.
+    /// Shoppers' and operators' sessions ended by signing out, and disabled accounts'
+    /// cut-offs, kept current from the database by the server's revocation task.
     pub revoked: Arc<RevokedSessions>,
 }
 
@@ -54,7 +54,7 @@ where
         let claims = keys
             .tokens
             .verify(token, keys.clock.now_ms())
-            .filter(|claims| !keys.revoked.contains(claims.session))
+            .filter(|c| !keys.revoked.refuses(c.session, c.user_id, c.issued_at))
             .ok_or_else(ApiError::unauthorized)?;
         Ok(CurrentUser {
             id: claims.user_id,

@@ -3,7 +3,7 @@
 //! rendered from that same document at `/api/docs`. Both are built once, when the router is.
 
 use super::AppState;
-use super::api::{admin, admin_orders, catalog, guard, images, orders, sessions};
+use super::api::{admin, admin_orders, admin_users, catalog, guard, images, orders, sessions};
 use askama::Template;
 use axum::Router;
 use axum::body::Bytes;
@@ -55,6 +55,9 @@ use utoipa::{Modify, OpenApi};
         admin_orders::search_orders,
         admin_orders::show_order,
         admin_orders::refund_order,
+        admin_users::search_users,
+        admin_users::disable_user,
+        admin_users::enable_user,
     ),
     modifiers(&SecuritySchemes),
     tags(

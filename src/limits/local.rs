@@ -1,11 +1,18 @@
 //! The throttles of one process: a GCRA token bucket per key (`governor`), `limit` requests at
 //! once and then one every `window / limit`, forgotten once full again. Embedded mode counts
 //! only here; the shared limiter counts here first.
+//!
+//! A limit holds at most [`MAX_KEYS`] buckets: the ids come from outside (addresses, the names
+//! signed in with), and a flood of new ones within one window must not grow memory without end.
+//! Past it, an id without a bucket is counted in the one bucket of [`Id::Overflow`].
 
 use super::{Hit, Id, Key, Limiter, Quota, Refused};
 use async_trait::async_trait;
+use governor::RateLimiter;
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, RateLimiter};
+use governor::nanos::Nanos;
+use governor::state::StateStore;
+use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
 use std::num::NonZeroU32;
 use std::sync::RwLock;
 use std::time::Duration;
@@ -17,13 +24,56 @@ pub struct LocalLimiter {
     /// found by its id alone.
     buckets: RwLock<Vec<Buckets>>,
     clock: DefaultClock,
+    /// Most buckets of one limit.
+    max_keys: usize,
 }
+
+/// Most buckets of one limit: far more than the distinct buyers of a sale within one window,
+/// about 64 MiB of buckets at most.
+pub const MAX_KEYS: usize = 1 << 20;
 
 /// The buckets of one scope and quota.
 struct Buckets {
     scope: &'static str,
     quota: Quota,
-    by_id: DefaultKeyedRateLimiter<Id>,
+    by_id: RateLimiter<Id, Capped, DefaultClock>,
+}
+
+/// A bucket per id, at most `max` (normally [`MAX_KEYS`]); past that, new ids share
+/// [`Id::Overflow`]'s.
+struct Capped {
+    by_id: DashMapStateStore<Id>,
+    max: usize,
+}
+
+impl StateStore for Capped {
+    type Key = Id;
+
+    fn measure_and_replace<T, F, E>(&self, key: &Id, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        let key = if self.by_id.contains_key(key) || self.by_id.len() < self.max {
+            key
+        } else {
+            &Id::Overflow
+        };
+        self.by_id.measure_and_replace(key, f)
+    }
+}
+
+impl ShrinkableKeyedStateStore<Id> for Capped {
+    fn retain_recent(&self, drop_below: Nanos) {
+        self.by_id.retain_recent(drop_below);
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
 }
 
 impl Buckets {
@@ -38,6 +88,7 @@ impl Default for LocalLimiter {
         Self {
             buckets: RwLock::new(Vec::new()),
             clock: DefaultClock::default(),
+            max_keys: MAX_KEYS,
         }
     }
 }
@@ -64,7 +115,14 @@ impl LocalLimiter {
                 sets.push(Buckets {
                     scope: key.scope(),
                     quota,
-                    by_id: RateLimiter::keyed(gcra(quota)),
+                    by_id: RateLimiter::new(
+                        gcra(quota),
+                        Capped {
+                            by_id: DashMapStateStore::default(),
+                            max: self.max_keys,
+                        },
+                        self.clock.clone(),
+                    ),
                 });
                 sets.len() - 1
             }
@@ -149,6 +207,25 @@ mod tests {
         assert!(limiter.hit(&request[..1]).await.is_err());
         limiter.hit(&request[2..]).await.unwrap();
         assert!(limiter.hit(&request[2..]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn past_its_most_buckets_a_limit_counts_new_ids_together_and_known_ones_alone() {
+        let limiter = LocalLimiter {
+            max_keys: 3,
+            ..LocalLimiter::default()
+        };
+        let quota = Quota::per_window(2, Duration::from_secs(60));
+        for known in ["a", "b", "c"] {
+            limiter.hit(&[hit(known, quota)]).await.unwrap();
+        }
+        // New ids share one bucket of the quota.
+        limiter.hit(&[hit("new 1", quota)]).await.unwrap();
+        limiter.hit(&[hit("new 2", quota)]).await.unwrap();
+        assert!(limiter.hit(&[hit("new 3", quota)]).await.is_err());
+        // A known id keeps its own.
+        limiter.hit(&[hit("a", quota)]).await.unwrap();
+        assert!(limiter.hit(&[hit("a", quota)]).await.is_err());
     }
 
     #[tokio::test]

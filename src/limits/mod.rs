@@ -82,6 +82,9 @@ pub enum Id {
     Number(i64),
     Address(IpAddr),
     Name(Box<str>),
+    /// The ids a process had no room left to count one by one, counted together (see
+    /// `local.rs`): a flood of made-up names or addresses shares one quota.
+    Overflow,
 }
 
 impl From<i64> for Id {
@@ -91,8 +94,16 @@ impl From<i64> for Id {
 }
 
 impl From<IpAddr> for Id {
+    /// An IPv6 address counts as its /64, the network one host is given (an address alone
+    /// would let one host be 2^64 clients); an IPv4 address in IPv6 clothing counts as itself.
     fn from(address: IpAddr) -> Self {
-        Self::Address(address)
+        Self::Address(match address {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+            },
+            v4 => v4,
+        })
     }
 }
 
@@ -114,6 +125,7 @@ impl fmt::Display for Id {
             Self::Number(number) => number.fmt(f),
             Self::Address(address) => address.fmt(f),
             Self::Name(name) => name.fmt(f),
+            Self::Overflow => f.write_str("(others)"),
         }
     }
 }
@@ -169,5 +181,17 @@ mod tests {
         );
         let zero = Quota::per_window(0, Duration::ZERO);
         assert_eq!((zero.limit(), zero.window()), (1, Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn an_ipv6_host_counts_as_its_network_and_a_mapped_ipv4_as_itself() {
+        let id = |text: &str| Id::from(text.parse::<IpAddr>().unwrap());
+        assert_eq!(
+            id("2001:db8:1:2::1"),
+            id("2001:db8:1:2:ffff:ffff:ffff:ffff")
+        );
+        assert_ne!(id("2001:db8:1:2::1"), id("2001:db8:1:3::1"));
+        assert_eq!(id("::ffff:192.0.2.7"), id("192.0.2.7"));
+        assert_ne!(id("192.0.2.7"), id("192.0.2.8"));
     }
 }

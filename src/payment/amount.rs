@@ -51,4 +51,33 @@ mod tests {
             assert_eq!(parse_yuan(bad), None, "{bad:?}");
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Every amount reads back from how it is written, to the cent.
+            #[test]
+            fn every_amount_reads_back_from_its_text(cents in 0..=Money::MAX_CENTS) {
+                let money = Money::from_cents(cents).unwrap();
+                prop_assert_eq!(parse_yuan(&money.to_string()), Some(money));
+            }
+
+            /// Whatever text comes in, what is read is digits, a point and two digits, worth
+            /// exactly that many cents.
+            #[test]
+            fn only_two_decimal_yuan_are_read(text in "[0-9.+ e-]{0,16}|.{0,16}") {
+                if let Some(money) = parse_yuan(&text) {
+                    let (yuan, fen) = text.split_once('.').unwrap();
+                    prop_assert!(yuan.bytes().all(|b| b.is_ascii_digit()) && !yuan.is_empty());
+                    prop_assert!(fen.len() == 2 && fen.bytes().all(|b| b.is_ascii_digit()));
+                    let cents = yuan.parse::<i64>().unwrap() * 100 + fen.parse::<i64>().unwrap();
+                    prop_assert_eq!(money.cents(), cents);
+                }
+            }
+        }
+    }
 }

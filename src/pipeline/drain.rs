@@ -7,7 +7,7 @@
 
 use crate::domain::{Order, ProductId};
 use crate::gate::redis::outbox::{Outbox, OutboxEntry};
-use crate::sale::{Durability, SaleService};
+use crate::sale::{Durability, PersistError, SaleService};
 use crate::store::{Persisted, Store};
 use anyhow::ensure;
 use async_trait::async_trait;
@@ -22,7 +22,7 @@ pub struct Outboxed;
 
 #[async_trait]
 impl Durability for Outboxed {
-    async fn persist(&self, _order: &Order) -> anyhow::Result<Persisted> {
+    async fn persist(&self, _order: &Order) -> Result<Persisted, PersistError> {
         Ok(Persisted::Inserted)
     }
 

@@ -1,5 +1,5 @@
-//! Cluster mode's [`Fleet`]: the servers' buy counts in Redis and the queues' depths in
-//! RabbitMQ (when there is RabbitMQ).
+//! Cluster mode's [`Fleet`]: the servers' buy counts and accepted units in Redis and the
+//! queues' depths in RabbitMQ (when there is RabbitMQ).
 //!
 //! The counts are one hash, `PREFIX{fleet}:buys`, a field per server's Snowflake node id (unique
 //! among the live processes: see `lease.rs`) holding `STAMP|outcome=count,…`. `STAMP` is Redis's
@@ -7,30 +7,74 @@
 //! shared again within [`STALE_AFTER`] (their server stopped), and the hash itself expires when
 //! every server has stopped. Counts are matched by outcome name, so servers of another version
 //! with other outcomes add up as far as they agree.
+//!
+//! The accepted units are a second hash under the same hash tag, `PREFIX{fleet}:accepted`, a
+//! field per node id holding `STAMP|SINCE|product=units,…` (`SINCE` the server's start, Unix
+//! ms), and the field `born`: Redis's clock when the hash was made, so a reader knows how long
+//! the shares have been collected since Redis last lost them.
 
 use super::amqp::depths::QueueDepths;
+use crate::domain::ProductId;
 use crate::redis_link::RedisLink;
-use crate::sale::{BuyCounts, Fleet, SharedBuys};
+use crate::sale::{Accepted, AcceptedShares, BuyCounts, Fleet, SharedBuys};
 use anyhow::Context;
 use async_trait::async_trait;
 use redis::Script;
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 /// How long a server's shared counts count without being shared again: a few of its
 /// once-a-second shares.
 const STALE_AFTER: Duration = Duration::from_secs(3);
 
-/// Stamps and stores one server's counts. KEYS[1] = the hash. ARGV = node id, counts, how long
-/// the hash lives unrenewed (ms).
+/// How long the accepted units' hash must have been collected before it is taken as complete
+/// by a process that did not see it made: every live server shares once a second, so after this
+/// each has shared at least twice since Redis last lost the hash.
+const COLLECTED_FOR: Duration = Duration::from_millis(2_500);
+
+/// Stamps and stores one server's buy counts and accepted units. KEYS[1] = the buy counts'
+/// hash, KEYS[2] = the accepted units' hash. ARGV = node id, buy counts, accepted units, how
+/// long the hashes live unrenewed (ms). Returns when the accepted units' hash was made.
 static SHARE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], now .. '|' .. ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('HSETNX', KEYS[2], 'born', now)
+redis.call('HSET', KEYS[2], ARGV[1], now .. '|' .. ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return tonumber(redis.call('HGET', KEYS[2], 'born'))
+",
+    )
+});
+
+/// When the accepted units' hash was made, how long ago (ms), and the live servers' shares,
+/// `node|STAMP|SINCE|units`, each shared within ARGV[1] ms; older fields are deleted.
+/// KEYS[1] = the hash.
+static ACCEPTED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local time = redis.call('TIME')
+local now = time[1] * 1000 + math.floor(time[2] / 1000)
+local fields = redis.call('HGETALL', KEYS[1])
+local born = now
+local live = {}
+for i = 1, #fields, 2 do
+  if fields[i] == 'born' then
+    born = tonumber(fields[i + 1]) or now
+  else
+    local stamp = tonumber(string.match(fields[i + 1], '^(%d+)|'))
+    if stamp == nil or now - stamp > tonumber(ARGV[1]) then
+      redis.call('HDEL', KEYS[1], fields[i])
+    else
+      table.insert(live, fields[i] .. '|' .. fields[i + 1])
+    end
+  end
+end
+return {born, now - born, live}
 ",
     )
 });
@@ -62,8 +106,13 @@ pub struct ClusterFleet {
     redis: RedisLink,
     /// The hash of the servers' counts.
     key: String,
+    /// The hash of the servers' accepted units.
+    accepted_key: String,
     /// This server's field in it.
     node: String,
+    /// When the accepted units' hash was made, as this server's first share found it (0
+    /// before): while the hash is that one, Redis has not lost it since this server started.
+    first_born: AtomicI64,
     /// RabbitMQ's queues, when the deployment relays through it.
     queues: Option<QueueDepths>,
 }
@@ -74,7 +123,9 @@ impl ClusterFleet {
         Self {
             redis,
             key: format!("{prefix}{{fleet}}:buys"),
+            accepted_key: format!("{prefix}{{fleet}}:accepted"),
             node: node_id.to_string(),
+            first_born: AtomicI64::new(0),
             queues,
         }
     }
@@ -82,15 +133,20 @@ impl ClusterFleet {
 
 #[async_trait]
 impl Fleet for ClusterFleet {
-    async fn share_buys(&self, counts: &BuyCounts) -> anyhow::Result<()> {
-        let _: i64 = SHARE
+    async fn share_buys(&self, counts: &BuyCounts, accepted: &Accepted) -> anyhow::Result<()> {
+        let born: i64 = SHARE
             .key(&self.key)
+            .key(&self.accepted_key)
             .arg(&self.node)
             .arg(encode(counts))
+            .arg(encode_accepted(accepted))
             .arg(STALE_AFTER.as_millis() as u64)
             .invoke_async(&mut self.redis.clone())
             .await
             .context("sharing this server's buy counts")?;
+        let _ = self
+            .first_born
+            .compare_exchange(0, born, Ordering::SeqCst, Ordering::SeqCst);
         Ok(())
     }
 
@@ -103,6 +159,23 @@ impl Fleet for ClusterFleet {
             .await
             .context("reading the other servers' buy counts")?;
         Ok(shared.iter().map(|value| decode(value)).collect())
+    }
+
+    async fn accepted(&self) -> anyhow::Result<AcceptedShares> {
+        let (born, age, shared): (i64, i64, Vec<String>) = ACCEPTED
+            .key(&self.accepted_key)
+            .arg(STALE_AFTER.as_millis() as u64)
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .context("reading the servers' accepted units")?;
+        Ok(AcceptedShares {
+            servers: shared
+                .iter()
+                .filter_map(|value| decode_accepted(value))
+                .collect(),
+            complete: born == self.first_born.load(Ordering::SeqCst)
+                || Duration::from_millis(age.max(0) as u64) >= COLLECTED_FOR,
+        })
     }
 
     async fn queue_depths(&self) -> anyhow::Result<Vec<(String, u64)>> {
@@ -134,6 +207,34 @@ fn decode(value: &str) -> SharedBuys {
         .collect()
 }
 
+/// `SINCE|product=units,…`.
+fn encode_accepted(accepted: &Accepted) -> String {
+    let units: Vec<String> = accepted
+        .units
+        .iter()
+        .map(|(product, units)| format!("{}={units}", product.0))
+        .collect();
+    format!("{}|{}", accepted.since, units.join(","))
+}
+
+/// A share read back, `node|STAMP|SINCE|product=units,…`; `None` when it does not read (a piece
+/// of the units list that does not read is left out).
+fn decode_accepted(value: &str) -> Option<Accepted> {
+    let mut parts = value.splitn(4, '|');
+    let node = parts.next()?.parse().ok()?;
+    let _stamp = parts.next()?;
+    let since = parts.next()?.parse().ok()?;
+    let units = parts
+        .next()?
+        .split(',')
+        .filter_map(|pair| {
+            let (product, units) = pair.split_once('=')?;
+            Some((ProductId(product.parse().ok()?), units.parse().ok()?))
+        })
+        .collect();
+    Some(Accepted { node, since, units })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,14 +258,50 @@ mod tests {
         assert!(decode("no stamp").is_empty());
     }
 
+    #[test]
+    fn shared_accepted_units_read_back_and_a_bad_piece_is_left_out() {
+        let accepted = Accepted {
+            node: 7,
+            since: 1_700_000_000_000,
+            units: vec![(ProductId(3), 12), (ProductId(4), 1)],
+        };
+        let stored = format!("7|1700000000500|{}", encode_accepted(&accepted));
+        assert_eq!(decode_accepted(&stored), Some(accepted));
+        assert_eq!(
+            decode_accepted("8|1|5|3=2,junk,x=1"),
+            Some(Accepted {
+                node: 8,
+                since: 5,
+                units: vec![(ProductId(3), 2)],
+            })
+        );
+        assert_eq!(decode_accepted("8|1|"), None);
+        assert_eq!(decode_accepted("8|1|5|").map(|a| a.units), Some(vec![]));
+    }
+
     #[tokio::test]
     async fn a_server_reads_the_live_others_and_forgets_the_stopped() {
         let redis = crate::redis_link::test_link().await;
         let prefix = format!("seckill-unit:{}:fleet:", std::process::id());
         let fleet = |node| ClusterFleet::new(redis.clone(), &prefix, node, None);
         let (me, other) = (fleet(1), fleet(2));
-        me.share_buys(&vec![("accepted", 5)]).await.unwrap();
-        other.share_buys(&vec![("accepted", 7)]).await.unwrap();
+        let accepted = |node, units| Accepted {
+            node,
+            since: 1_700_000_000_000,
+            units: vec![(ProductId(9), units)],
+        };
+        me.share_buys(&vec![("accepted", 5)], &accepted(1, 5))
+            .await
+            .unwrap();
+        other
+            .share_buys(&vec![("accepted", 7)], &accepted(2, 7))
+            .await
+            .unwrap();
+        let read = me.accepted().await.unwrap();
+        assert!(read.complete, "the hash this server saw made is complete");
+        let mut shares = read.servers;
+        shares.sort_by_key(|share| share.node);
+        assert_eq!(shares, [accepted(1, 5), accepted(2, 7)]);
         assert_eq!(
             me.others_buys().await.unwrap(),
             [vec![("accepted".to_owned(), 7)]]
@@ -186,6 +323,7 @@ mod tests {
         assert_eq!(left, ["1"]);
         let _: () = redis::cmd("DEL")
             .arg(&me.key)
+            .arg(&me.accepted_key)
             .query_async(&mut redis.clone())
             .await
             .unwrap();

@@ -5,9 +5,13 @@
 //! a batch. A few batches are in flight at once, so on a database server the next one is
 //! written while the last commits. (On SQLite the writer's thread also syncs the log, and the
 //! buys that arrive meanwhile make the next batch: see `WalFlush`.)
+//!
+//! The queue is bounded: a slow database fills it, and a buy that finds it full is refused at
+//! once (its units go back on sale) instead of waiting in a queue without end. At most the
+//! queue's bound plus the batches in flight wait for the database.
 
 use crate::domain::Order;
-use crate::sale::Durability;
+use crate::sale::{Durability, PersistError};
 use crate::store::{Persisted, Store};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -20,6 +24,9 @@ pub enum CommitError {
     Store(String),
     #[error("the order writer has stopped")]
     Stopped,
+    /// The queue is at its bound: the database is behind.
+    #[error("too many orders are waiting to be written")]
+    Full,
 }
 
 struct Job {
@@ -34,16 +41,19 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the writer on a thread of its own. It stops once every handle is dropped and
-    /// the queue is empty.
+    /// Starts the writer on a thread of its own, writing up to `max_batch` orders a
+    /// transaction, with at most `max_waiting` orders queued behind the batches in flight. It
+    /// stops once every handle is dropped and the queue is empty.
     ///
     /// A thread of its own, because a batch is several statements, each a hop to the
     /// database driver and back: as one task among the HTTP tasks, the writer would wait
     /// behind all of them after every hop.
-    pub fn start(store: Arc<dyn Store>, max_batch: usize) -> std::io::Result<Self> {
-        // The queue is bounded so a stalled database pushes back on buyers instead of growing
-        // memory without limit.
-        let (jobs, rx) = mpsc::channel(max_batch * 8);
+    pub fn start(
+        store: Arc<dyn Store>,
+        max_batch: usize,
+        max_waiting: usize,
+    ) -> std::io::Result<Self> {
+        let (jobs, rx) = mpsc::channel(max_waiting);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -53,21 +63,28 @@ impl GroupCommit {
         Ok(Self { jobs })
     }
 
-    /// Hands an order to the writer and waits until its batch is committed.
+    /// Hands an order to the writer and waits until its batch is committed; refuses it at once
+    /// when the queue is full.
     pub async fn commit(&self, order: Order) -> Result<Persisted, CommitError> {
         let (done, outcome) = oneshot::channel();
         self.jobs
-            .send(Job { order, done })
-            .await
-            .map_err(|_| CommitError::Stopped)?;
+            .try_send(Job { order, done })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => CommitError::Full,
+                mpsc::error::TrySendError::Closed(_) => CommitError::Stopped,
+            })?;
         outcome.await.map_err(|_| CommitError::Stopped)?
     }
 }
 
 #[async_trait]
 impl Durability for GroupCommit {
-    async fn persist(&self, order: &Order) -> anyhow::Result<Persisted> {
-        Ok(self.commit(order.clone()).await?)
+    async fn persist(&self, order: &Order) -> Result<Persisted, PersistError> {
+        match self.commit(order.clone()).await {
+            Ok(persisted) => Ok(persisted),
+            Err(CommitError::Full) => Err(PersistError::Full),
+            Err(e) => Err(PersistError::Failed(e.into())),
+        }
     }
 
     /// The order is in the database before its buyer hears of it.

@@ -8,7 +8,7 @@
 //! overdue order.
 
 use super::leader::Leadership;
-use crate::sale::SaleService;
+use crate::sale::{RebuildWaits, SaleService};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -43,7 +43,11 @@ pub fn spawn(
                 continue;
             }
             if let Err(e) = sale.preheat_due().await {
-                tracing::error!(error = ?e, "preheat failed");
+                if e.is::<RebuildWaits>() {
+                    tracing::info!("{e}");
+                } else {
+                    tracing::error!(error = ?e, "preheat failed");
+                }
             }
             match sale.expire_overdue().await {
                 Ok(0) => {}

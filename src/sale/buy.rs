@@ -3,8 +3,8 @@
 //! and the session check happen before this, in the HTTP layer. A buy with an idempotency key
 //! takes the same path, with what a retry needs on the way (see `idempotency.rs`).
 
-use super::SaleService;
 use super::catalog::Entry;
+use super::{PersistError, SaleService};
 use crate::domain::{
     IdempotencyKey, Millis, Order, OrderId, OrderStatus, ProductId, Quantity, UserId,
 };
@@ -47,6 +47,9 @@ impl SaleService {
         key: Option<IdempotencyKey>,
     ) -> Result<Order, BuyError> {
         let bought = self.buy_once(user, product_id, quantity, key).await;
+        if let Ok(Bought::New(order)) = &bought {
+            self.accepted.add(order);
+        }
         let outcome = Outcome::of(&bought);
         outcome.count();
         self.tally.0[outcome as usize].fetch_add(1, Ordering::Relaxed);
@@ -127,7 +130,11 @@ impl SaleService {
                 self.undo(&order).await;
                 Err(Rejection::KeyReused.into())
             }
-            Err(e) => {
+            Err(PersistError::Full) => {
+                self.undo(&order).await;
+                Err(Rejection::BacklogFull.into())
+            }
+            Err(PersistError::Failed(e)) => {
                 self.undo(&order).await;
                 Err(BuyError::Unavailable(e))
             }
@@ -148,7 +155,9 @@ impl SaleService {
     /// The gate's atomic step, mapped to buy errors. A product whose sale is due but which
     /// the gate does not know was lost by the gate (Redis restarted without its data), or not
     /// preheated yet by the scheduler: it is loaded from the database, the source of truth
-    /// (unless another process was first), and the buy tried once more.
+    /// (unless another process was first), and the buy tried once more. A product the gate
+    /// lost stays closed (the buy is unavailable) until the orders that were on their way to
+    /// the database are accounted for (see `accepted.rs`).
     async fn reserve(
         &self,
         order: &Order,
@@ -163,7 +172,7 @@ impl SaleService {
                 product = order.product_id.0,
                 "the gate does not hold a product on sale: loading it"
             );
-            self.catalog.mark_unloaded(order.product_id);
+            self.catalog.mark_lost(order.product_id);
             self.preheat_due().await.map_err(BuyError::Unavailable)?;
             result = self.gate.reserve(order, now).await;
         }
@@ -236,11 +245,13 @@ enum Outcome {
     Replayed,
     /// An idempotency key sent again for another buy.
     KeyReused,
+    /// Refused because too many accepted orders wait to be stored.
+    BacklogFull,
 }
 
 impl Outcome {
     /// Every outcome, in the order of the tally's slots.
-    const ALL: [Self; 10] = [
+    const ALL: [Self; 11] = [
         Self::Accepted,
         Self::UnknownProduct,
         Self::SoldOut,
@@ -251,6 +262,7 @@ impl Outcome {
         Self::Unavailable,
         Self::Replayed,
         Self::KeyReused,
+        Self::BacklogFull,
     ];
 
     fn of(bought: &Result<Bought, BuyError>) -> Self {
@@ -266,6 +278,7 @@ impl Outcome {
             Err(BuyError::Rejected(Rejection::Ended)) => Self::Ended,
             Err(BuyError::Rejected(Rejection::Paused)) => Self::Paused,
             Err(BuyError::Rejected(Rejection::KeyReused)) => Self::KeyReused,
+            Err(BuyError::Rejected(Rejection::BacklogFull)) => Self::BacklogFull,
             Err(BuyError::Unavailable(_)) => Self::Unavailable,
         }
     }
@@ -283,6 +296,7 @@ impl Outcome {
             Self::Unavailable => "unavailable",
             Self::Replayed => "replayed",
             Self::KeyReused => "key_reused",
+            Self::BacklogFull => "backlog_full",
         }
     }
 
@@ -307,6 +321,9 @@ impl Outcome {
             Self::Replayed => metrics::counter!("seckill_buys_total", "outcome" => "replayed"),
             Self::KeyReused => {
                 metrics::counter!("seckill_buys_total", "outcome" => "key_reused")
+            }
+            Self::BacklogFull => {
+                metrics::counter!("seckill_buys_total", "outcome" => "backlog_full")
             }
         };
         counter.increment(1);

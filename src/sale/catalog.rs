@@ -20,6 +20,9 @@ pub(super) struct Entry {
     pub guard: Guard,
     /// In the gate (preheated).
     pub loaded: AtomicBool,
+    /// Was in the gate, and the gate lost it (Redis lost its data): the next load must account
+    /// for the orders that were on their way to the database.
+    pub lost: AtomicBool,
     /// The gate said "sold out": answer locally until stock comes back.
     pub sold_out: AtomicBool,
 }
@@ -94,7 +97,7 @@ impl Catalog {
             }
         }
         let mut map = self.entries.write().expect("catalog lock poisoned");
-        let (loaded, sold_out) = match map.get(&product.id) {
+        let (loaded, lost, sold_out) = match map.get(&product.id) {
             Some(e)
                 if *e.name == *product.name
                     && e.sale_price == product.sale_price
@@ -105,9 +108,10 @@ impl Catalog {
             }
             Some(e) => (
                 e.loaded.load(Ordering::SeqCst),
+                e.lost.load(Ordering::SeqCst),
                 e.sold_out.load(Ordering::SeqCst),
             ),
-            None => (false, false),
+            None => (false, false, false),
         };
         map.insert(
             product.id,
@@ -117,6 +121,7 @@ impl Catalog {
                 window: product.window,
                 guard: product.guard,
                 loaded: AtomicBool::new(loaded),
+                lost: AtomicBool::new(lost),
                 sold_out: AtomicBool::new(sold_out),
             }),
         );
@@ -131,7 +136,24 @@ impl Catalog {
         if let Some(entry) = self.get(id) {
             entry.sold_out.store(sold_out, Ordering::SeqCst);
             entry.loaded.store(true, Ordering::SeqCst);
+            entry.lost.store(false, Ordering::SeqCst);
         }
+    }
+
+    /// Forgets that a product is in the gate because the gate lost it; a product this process
+    /// had loaded is marked lost (see [`Entry::lost`]).
+    pub fn mark_lost(&self, id: ProductId) {
+        if let Some(entry) = self.get(id)
+            && entry.loaded.swap(false, Ordering::SeqCst)
+        {
+            entry.lost.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the gate lost the product since this process loaded it.
+    pub fn is_lost(&self, id: ProductId) -> bool {
+        self.get(id)
+            .is_some_and(|entry| entry.lost.load(Ordering::SeqCst))
     }
 
     /// Forgets that a product is in the gate (the gate lost it), so the next preheat loads it.

@@ -2,7 +2,9 @@
 //! [`Store`] and [`StockGate`] traits so they hold for every backend. The HTTP layer calls this
 //! and nothing below it.
 
+mod accepted;
 mod admin;
+mod backoff;
 mod buy;
 mod catalog;
 mod controls;
@@ -19,8 +21,8 @@ mod refunds;
 pub use admin::{AdminError, NewProductInput, ProductChanges};
 pub use buy::{BuyCounts, BuyError};
 pub use controls::Controlled;
-pub use durability::Durability;
-pub use fleet::{Fleet, SharedBuys};
+pub use durability::{Durability, PersistError};
+pub use fleet::{Accepted, AcceptedShares, Fleet, SharedBuys};
 pub use orders::{OrderError, PaymentQueue, QueuedPayment};
 pub use overview::{BuysFrom, Overview, ProductOverview, QueueDepth};
 pub use payments::{PayLink, Settled};
@@ -28,7 +30,9 @@ pub use reconcile::ProductAudit;
 pub use refunds::{OrderRecord, Refund};
 
 use crate::clock::SharedClock;
-use crate::domain::{IdempotencyKey, Millis, OrderId, Product, ProductId, SaleWindow, UserId};
+use crate::domain::{
+    IdempotencyKey, Millis, Order, OrderId, Product, ProductId, SaleWindow, UserId,
+};
 use crate::gate::{GateError, GateProduct, StockGate};
 use crate::ids::Snowflake;
 use crate::payment::PaymentProvider;
@@ -64,6 +68,13 @@ pub struct SaleParts {
     pub clock: SharedClock,
 }
 
+/// A product the gate lost is not loaded again yet: the live servers have not all shared the
+/// units they accepted since Redis lost its data (see `accepted.rs`). Not a failure: the
+/// product stays closed and the next try (a buy, or the ticker's next second) loads it.
+#[derive(Debug, thiserror::Error)]
+#[error("the gate is being rebuilt: waiting until every server has shared what it accepted")]
+pub struct RebuildWaits;
+
 /// Buying, paying, cancelling and the operator's changes, for one process.
 pub struct SaleService {
     store: Arc<dyn Store>,
@@ -87,12 +98,20 @@ pub struct SaleService {
     fleet: Option<Arc<dyn Fleet>>,
     /// The dashboard's latest reading.
     readings: overview::Readings,
+    /// Refunds the provider did not take, waiting before they are asked again.
+    refund_backoff: backoff::Backoff,
+    /// When this process started: every order it makes has an id made since.
+    started_at: Millis,
+    /// Units of each product this process accepted, shared with the fleet: what a Redis that
+    /// lost its data can be checked against.
+    accepted: accepted::AcceptedUnits,
 }
 
 impl SaleService {
     /// Builds the service and rebuilds the gate from the database: every product whose sale
     /// is due is loaded with the database's stock and holdings, the source of truth.
     pub async fn start(parts: SaleParts, settings: SaleSettings) -> anyhow::Result<Arc<Self>> {
+        let started_at = parts.clock.now_ms();
         let service = Arc::new(Self {
             catalog: Catalog::default(),
             store: parts.store,
@@ -108,6 +127,9 @@ impl SaleService {
             in_flight: idempotency::InFlight::default(),
             fleet: parts.fleet,
             readings: overview::Readings::default(),
+            refund_backoff: backoff::Backoff::default(),
+            started_at,
+            accepted: accepted::AcceptedUnits::default(),
         });
         service.refresh_catalog().await?;
         service.preheat_due().await?;
@@ -171,10 +193,15 @@ impl SaleService {
     pub async fn preheat_due(&self) -> anyhow::Result<()> {
         let _serialized = self.preheat_lock.lock().await;
         let now = self.now();
+        // A product whose rebuild waits holds up none of the others; the wait is reported after.
+        let mut waiting = None;
         for id in self.catalog.due_for_preheat(now, self.settings.preheat_ms) {
-            self.preheat(id).await?;
+            match self.preheat(id).await {
+                Err(e) if e.is::<RebuildWaits>() => waiting = Some(e),
+                done => done?,
+            }
         }
-        Ok(())
+        waiting.map_or(Ok(()), Err)
     }
 
     /// Loads a product into the gate (unless another process was first) from the database and
@@ -187,19 +214,43 @@ impl SaleService {
         // 2. Which of those are stored: one stored after this read is subtracted twice below.
         let ids: Vec<OrderId> = outbox.iter().map(|order| order.id).collect();
         let stored: HashSet<OrderId> = self.store.stored_among(&ids).await?.into_iter().collect();
-        // 3. Stock and holdings.
+        // 3. After the gate lost the product, the units the live servers accepted that are
+        //    neither stored nor in the outbox: on their way through a queue, or lost with
+        //    Redis. Read before the stock: one stored in between is subtracted twice.
+        let unaccounted = if self.catalog.is_lost(id) {
+            let unstored: Vec<Order> = outbox
+                .iter()
+                .filter(|order| !stored.contains(&order.id))
+                .cloned()
+                .collect();
+            let Some(units) = self.unaccounted(id, &unstored).await? else {
+                return Err(RebuildWaits.into());
+            };
+            if units > 0 {
+                tracing::warn!(
+                    product = id.0,
+                    units,
+                    "the gate lost its data: units accepted but neither stored nor in the \
+                     outbox are kept off sale"
+                );
+            }
+            units
+        } else {
+            0
+        };
+        // 4. Stock and holdings.
         let Some(product) = self.store.product(id).await? else {
             return Ok(());
         };
         let mut holdings: HashMap<UserId, u32> =
             self.store.holdings(id).await?.into_iter().collect();
-        // 4. Cancelled orders, after the stock: a cancel in between counts as not returned
+        // 5. Cancelled orders, after the stock: a cancel in between counts as not returned
         //    yet, and its release is then ignored.
         let released = self.store.cancelled_orders(id).await?;
-        // 5. Orders whose idempotency keys are live, so their retries are answered with them.
+        // 6. Orders whose idempotency keys are live, so their retries are answered with them.
         let since = self.now() - IdempotencyKey::LIFETIME_MS;
         let mut kept = self.store.keyed_orders(id, since).await?;
-        let mut remaining = product.stock;
+        let mut remaining = product.stock - unaccounted;
         for order in outbox
             .into_iter()
             .filter(|order| !stored.contains(&order.id))

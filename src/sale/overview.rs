@@ -113,11 +113,15 @@ impl SaleService {
         reading
     }
 
-    /// Shares this server's buy counts with the cluster's other servers; a server alone has
-    /// no one to tell. Run once a second.
+    /// Shares this server's buy counts and accepted units with the cluster's other servers; a
+    /// server alone has no one to tell. Run once a second.
     pub async fn share_buys(&self) -> anyhow::Result<()> {
         match &self.fleet {
-            Some(fleet) => fleet.share_buys(&self.buy_counts()).await,
+            Some(fleet) => {
+                fleet
+                    .share_buys(&self.buy_counts(), &self.accepted_share())
+                    .await
+            }
             None => Ok(()),
         }
     }

@@ -30,7 +30,7 @@ pub enum Settled {
     Queued,
 }
 
-/// How many refunds one retry step makes.
+/// How many refunds due one read of the database finds.
 const REFUNDS_AT_ONCE: i64 = 100;
 
 impl SaleService {
@@ -217,17 +217,46 @@ impl SaleService {
 
     /// Makes the refunds still due (a refund that failed when its notification came, or an
     /// operator's the provider could not take at once). Run by the ticker; returns how many it
-    /// made.
+    /// made. A refund the provider does not take holds up no other: it waits (see
+    /// [`backoff`](super::backoff)) while the others are made. A failing database ends the
+    /// step, for the next one.
     pub async fn retry_refunds(&self) -> Result<usize, OrderError> {
         if self.provider.is_none() {
             return Ok(0);
         }
+        let mut due = Vec::new();
+        loop {
+            let after = due.last().copied().unwrap_or(OrderId(0));
+            let page = self.store.refunds_due(after, REFUNDS_AT_ONCE).await?;
+            let last_page = (page.len() as i64) < REFUNDS_AT_ONCE;
+            due.extend(page);
+            if last_page {
+                break;
+            }
+        }
+        self.refund_backoff
+            .keep_only(&due.iter().copied().collect());
         let mut refunded = 0;
-        for id in self.store.refunds_due(REFUNDS_AT_ONCE).await? {
+        for id in due {
+            let now = std::time::Instant::now();
+            if !self.refund_backoff.ready(id, now) {
+                continue;
+            }
             let order = self.stored(id).await?;
-            if order.status == OrderStatus::Cancelled {
-                self.refund(order).await?;
-                refunded += 1;
+            if order.status != OrderStatus::Cancelled {
+                self.refund_backoff.forget(id);
+                continue;
+            }
+            match self.refund(order).await {
+                Ok(_) => {
+                    self.refund_backoff.forget(id);
+                    refunded += 1;
+                }
+                Err(OrderError::Unavailable(e)) => {
+                    let wait = self.refund_backoff.failed(id, now);
+                    tracing::warn!(order = id.0, ?wait, error = %e, "the provider did not take a refund: it is asked again later");
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(refunded)

@@ -5,6 +5,10 @@
 //! - between gate and database, `database stock = gate's units left + units in the outbox`
 //!   (sold by the gate, not stored yet).
 //!
+//! A third check needs no ledger: the units the live servers say they accepted must all be in
+//! the database or the outbox (see `accepted.rs`). Those that are not are on their way through
+//! a queue, or were lost with a Redis that lost its data.
+//!
 //! The pipeline moves units between the outbox and the database while they are read, so a
 //! product that does not balance is measured again a few times before it is reported.
 
@@ -21,6 +25,9 @@ pub struct ProductAudit {
     pub sold: i64,
     /// The gate's side; `None` when the product is not in the gate.
     pub gate: Option<GateAudit>,
+    /// Units the live servers accepted that are neither stored nor in the outbox; `None` when
+    /// not known (no fleet, or its counts were collected too briefly).
+    pub unaccounted: Option<i64>,
 }
 
 impl ProductAudit {
@@ -34,9 +41,12 @@ impl ProductAudit {
         self.gate.map_or(0, |gate| gate.drift(self.product.stock))
     }
 
-    /// Both ledgers balance and nothing was set aside.
+    /// Both ledgers balance, nothing was set aside, and every unit accepted is accounted for.
     pub fn balances(&self) -> bool {
-        self.ledger_drift() == 0 && self.gate_drift() == 0 && self.gate.is_none_or(|g| g.dead == 0)
+        self.ledger_drift() == 0
+            && self.gate_drift() == 0
+            && self.gate.is_none_or(|g| g.dead == 0)
+            && self.unaccounted.is_none_or(|units| units == 0)
     }
 }
 
@@ -81,10 +91,12 @@ impl SaleService {
             .map(|(_, units)| i64::from(*units))
             .sum();
         let gate = self.gate.audit(id).await?;
+        let unaccounted = self.unaccounted(id, &self.gate.outbox(id).await?).await?;
         Ok(ProductAudit {
             product,
             sold,
             gate,
+            unaccounted,
         })
     }
 

@@ -58,6 +58,37 @@ pub struct UserRecord {
     pub id: UserId,
     pub username: String,
     pub password_hash: String,
+    /// When an operator disabled the account; `None` while it is enabled.
+    pub disabled_at: Option<Millis>,
+}
+
+/// An account as the operator sees it: no password hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserAccount {
+    pub id: UserId,
+    pub username: String,
+    pub created_at: Millis,
+    /// When an operator disabled the account; `None` while it is enabled.
+    pub disabled_at: Option<Millis>,
+}
+
+/// The accounts an operator looks for: newest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserSearch<'a> {
+    /// Only names that begin with this (names are lower case); every account when `None`.
+    pub name_prefix: Option<&'a str>,
+    /// At most this many.
+    pub limit: i64,
+}
+
+/// An account's tokens issued at or before `cut_at` are refused: the account was disabled
+/// then. Every server holds the cut-offs in memory, as it holds the ended sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserCutoff {
+    pub user: UserId,
+    pub cut_at: Millis,
+    /// When the last token issued by `cut_at` expires: after that the cut-off is of no use.
+    pub expires_at: Millis,
 }
 
 /// A product to create.
@@ -213,6 +244,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<Option<UserId>>>;
     /// The account with this name.
     async fn user_by_name(&self, username: &str) -> StoreResult<Option<UserRecord>>;
+    /// The account with this id.
+    async fn user(&self, id: UserId) -> StoreResult<Option<UserAccount>>;
+    /// The accounts an operator looks for, newest first.
+    async fn search_users(&self, search: &UserSearch<'_>) -> StoreResult<Vec<UserAccount>>;
+    /// Disables an account at `cutoff.cut_at` and, in the same transaction, records the cut-off
+    /// of its tokens (`cutoff.user` is the account). An account disabled already keeps its
+    /// time and gets no new cut-off. The account as it is now and whether this call disabled
+    /// it; `None` when there is no such account.
+    async fn disable_user(&self, cutoff: &UserCutoff) -> StoreResult<Option<(UserAccount, bool)>>;
+    /// Enables an account again; its tokens cut off stay refused. The account as it is now
+    /// and whether this call enabled it; `None` when there is no such account.
+    async fn enable_user(&self, id: UserId) -> StoreResult<Option<(UserAccount, bool)>>;
 
     /// Creates a sale event.
     async fn create_event(
@@ -294,8 +337,10 @@ pub trait Store: Send + Sync + 'static {
     async fn record_payment(&self, record: &PaymentRecord<'_>) -> StoreResult<bool>;
     /// The provider's words kept for an order, oldest first, at most `limit`.
     async fn payments_of(&self, order: OrderId, limit: i64) -> StoreResult<Vec<KeptPayment>>;
-    /// Cancelled orders for which the provider's word says money arrived, not yet refunded.
-    async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>>;
+    /// Cancelled orders for which the provider's word says money arrived, not yet refunded:
+    /// at most `limit` of those with ids above `after`, lowest id first, so a caller pages
+    /// through them all.
+    async fn refunds_due(&self, after: OrderId, limit: i64) -> StoreResult<Vec<OrderId>>;
     /// cancelled → refunded. True when this call recorded the refund.
     async fn mark_refunded(&self, id: OrderId, now: Millis) -> StoreResult<bool>;
     /// A product's cancelled orders: a rebuilt gate must not take their stock back again.
@@ -335,8 +380,11 @@ pub trait Store: Send + Sync + 'static {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<(i64, RevokedSession)>>;
-    /// Drops ended sessions whose tokens have expired by `now` anyway; how many.
+    /// Drops ended sessions and cut-offs whose tokens have expired by `now` anyway; how many.
     async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64>;
+    /// Up to `limit` cut-offs recorded after position `after` of their list, each with its
+    /// position, in order: read as [`Store::revoked_sessions`] is.
+    async fn user_cutoffs(&self, after: i64, limit: i64) -> StoreResult<Vec<(i64, UserCutoff)>>;
     /// Keeps an uploaded image under its id. False when an image with that id (so the same
     /// bytes) is kept already: nothing changes.
     async fn put_image(&self, image: &Image, now: Millis) -> StoreResult<bool>;

@@ -227,3 +227,167 @@ async fn unknown_routes_and_methods_answer_json_errors() {
         (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
     );
 }
+
+/// One request of the route walk below: what is sent, and the status and code it must get.
+struct Probe {
+    method: reqwest::Method,
+    path: String,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+    status: u16,
+    code: &'static str,
+}
+
+fn probe(method: &str, path: impl Into<String>, status: u16, code: &'static str) -> Probe {
+    Probe {
+        method: method.parse().unwrap(),
+        path: path.into(),
+        content_type: None,
+        body: Vec::new(),
+        status,
+        code,
+    }
+}
+
+impl Probe {
+    fn body(mut self, content_type: Option<&'static str>, body: impl Into<Vec<u8>>) -> Self {
+        self.content_type = content_type;
+        self.body = body.into();
+        self
+    }
+}
+
+/// Axum's own refusals (a path, query, form or body it cannot read, a body over the limit, a
+/// method or route that does not exist) are answered in the API's error shape on every kind of
+/// route: the JSON API, the pages, the console's forms, the payment provider's callback. Each
+/// probe is sent by a signed-in shopper's and operator's browser, so the routes get past their
+/// sign-in checks to the part that reads the request.
+#[tokio::test]
+async fn every_route_refuses_what_it_cannot_read_in_the_error_shape() {
+    let app = TestApp::spawn().await;
+    let product = app.live_product(10, 1).await;
+    let browser = crate::admin_console::browser(&app);
+    let signed_in = crate::admin_console::sign_in(&app, &browser, ADMIN_TOKEN).await;
+    assert_eq!(signed_in.status(), StatusCode::OK);
+    let shopper = app.users(1).await.remove(0);
+    let too_big = vec![b'x'; 64 * 1024];
+    let form = Some("application/x-www-form-urlencoded");
+    let json = Some("application/json");
+    let probes = vec![
+        // Paths that do not parse as the route's parameters.
+        probe("GET", "/api/v1/products/abc", 404, "not_found"),
+        probe("GET", "/api/v1/events/%FF", 404, "not_found"),
+        probe("GET", "/api/v1/orders/1.5", 404, "not_found"),
+        probe("POST", "/api/v1/products/x/buy-token", 404, "not_found"),
+        probe("GET", "/api/v1/admin/orders/-x", 404, "not_found"),
+        probe("GET", "/images/%FF%FE", 404, "not_found"),
+        probe("GET", "/lang/%FF", 404, "not_found"),
+        probe("GET", "/lang/klingon", 404, "unknown_language"),
+        probe("GET", "/static/%FF", 404, "not_found"),
+        probe("GET", "/static/no-such-file.css", 404, "not_found"),
+        probe("POST", "/admin/orders/abc/refund", 404, "not_found"),
+        // Query strings that do not parse.
+        probe("GET", "/?event=1&event=2", 422, "invalid_query"),
+        probe("GET", "/?event=nope", 404, "unknown_event"),
+        probe("GET", "/login?next=a&next=b", 422, "invalid_query"),
+        probe(
+            "GET",
+            "/api/v1/admin/orders?limit=many",
+            422,
+            "invalid_query",
+        ),
+        probe(
+            "GET",
+            "/api/v1/admin/orders?status=paid&status=x",
+            422,
+            "invalid_query",
+        ),
+        probe("GET", "/admin/orders?order=1&order=2", 422, "invalid_query"),
+        // Bodies: not JSON, no content type, the wrong one, over the limit.
+        probe("POST", "/api/v1/sessions", 400, "malformed_json").body(json, "{"),
+        probe("POST", "/api/v1/sessions", 415, "unsupported_media_type").body(None, "{}"),
+        probe("POST", "/api/v1/users", 415, "unsupported_media_type").body(form, "a=b"),
+        probe("POST", "/api/v1/users", 422, "invalid_body").body(json, "{\"username\": 1}"),
+        probe("POST", "/api/v1/admin/events", 413, "body_too_large").body(json, too_big.clone()),
+        probe("POST", "/api/v1/orders", 413, "body_too_large").body(json, too_big.clone()),
+        probe(
+            "POST",
+            format!("/api/v1/products/{product}/buy-token"),
+            413,
+            "body_too_large",
+        )
+        .body(None, too_big.clone()),
+        probe("POST", "/logout", 413, "body_too_large").body(form, too_big.clone()),
+        probe("POST", "/admin/login", 413, "body_too_large").body(form, too_big.clone()),
+        probe("POST", "/admin/products", 413, "body_too_large").body(form, too_big.clone()),
+        probe("POST", "/pay/alipay/notify", 413, "body_too_large").body(form, too_big.clone()),
+        // Methods and routes that do not exist.
+        probe("DELETE", "/healthz", 405, "method_not_allowed"),
+        probe("PUT", "/", 405, "method_not_allowed"),
+        probe("POST", "/api/v1/events", 405, "method_not_allowed"),
+        probe("PATCH", "/admin/login", 405, "method_not_allowed"),
+        probe("GET", "/pay/alipay/notify", 405, "method_not_allowed"),
+        probe("GET", "/api/v1/no-such-route", 404, "not_found"),
+        probe("GET", "/no/such/page", 404, "not_found"),
+    ];
+    for p in probes {
+        let mut request = browser
+            .request(p.method.clone(), app.url(&p.path))
+            .bearer_auth(if p.path.starts_with("/api/v1/admin") {
+                ADMIN_TOKEN
+            } else {
+                shopper.as_str()
+            })
+            .body(p.body);
+        if let Some(content_type) = p.content_type {
+            request = request.header("content-type", content_type);
+        }
+        let (status, answer) = status_and_json(request.send().await.unwrap()).await;
+        let what = format!("{} {}", p.method, p.path);
+        assert_eq!(status.as_u16(), p.status, "{what} → {answer}");
+        assert_eq!(code(&answer), p.code, "{what} → {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(!message.is_empty(), "{what} → {answer}");
+    }
+    assert_eq!(app.stored(product).await, (0, 0, 10));
+}
+
+/// A request line and headers sent as they are, and the raw answer.
+async fn raw_exchange(app: &TestApp, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(app.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Whatever `Host` a request names, or none, it is served like any other: an unknown route is
+/// the usual JSON 404, a page renders.
+#[tokio::test]
+async fn strange_hosts_get_the_usual_answers() {
+    let app = TestApp::spawn().await;
+    for host in [
+        &b"Host: \xff\xfe\r\n"[..],
+        b"Host: evil.example:99999\r\n",
+        b"Host: a b c\r\n",
+        b"Host: one\r\nHost: two\r\n",
+        b"",
+    ] {
+        let mut request = b"GET /no-such-route HTTP/1.1\r\n".to_vec();
+        request.extend_from_slice(host);
+        request.extend_from_slice(b"Connection: close\r\n\r\n");
+        let answer = raw_exchange(&app, &request).await;
+        let what = String::from_utf8_lossy(host);
+        assert!(answer.starts_with("HTTP/1.1 404 "), "{what} → {answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{what} → {answer}"
+        );
+        assert!(answer.ends_with(r#""code":"not_found","message":"no such route"}}"#));
+    }
+}

@@ -2,8 +2,8 @@
 //! cookie-authenticated change must come from this site's own pages (`Origin`, else `Referer`).
 //! A bearer-token client is not a browser and is not affected.
 
-use crate::admin_console::{browser, csrf_of, sign_in};
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, status_and_json};
+use crate::admin_console::{Operator, operator};
+use crate::helpers::{ADMIN_TOKEN, TestApp, TextOfAnswer, code, status_and_json};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -75,17 +75,11 @@ async fn a_foreign_form_cannot_sign_the_shopper_or_the_operator_out_or_change_th
         "the session was not ended"
     );
 
-    let operator = browser(&app);
-    sign_in(&app, &operator, ADMIN_TOKEN).await;
-    let page = operator
-        .get(app.url("/admin/products"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let csrf = csrf_of(&page);
+    let Operator {
+        browser: operator,
+        csrf,
+        ..
+    } = operator(&app).await;
     // Even with the right CSRF token (leaked, say), a post from another site is refused.
     let forged = operator
         .post(app.url("/admin/events"))
@@ -104,11 +98,7 @@ async fn a_foreign_form_cannot_sign_the_shopper_or_the_operator_out_or_change_th
         .client
         .get(app.url("/api/v1/admin/events"))
         .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .text_of_answer()
+        .await;
     assert!(!events.contains("Forged"), "no event was made: {events}");
 }

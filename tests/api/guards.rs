@@ -4,7 +4,7 @@
 //! unguarded sale is unaffected; a token from one server buys on another; the operator sets
 //! the guard in the console and the API; registration can ask for the puzzle too.
 
-use crate::admin_console::{browser, csrf_of, sign_in};
+use crate::admin_console::{Operator, operator};
 use crate::backend::TestDatabase;
 use crate::helpers::{ADMIN_TOKEN, TestApp, code, rfc3339, status_and_json};
 use crate::shared_gate::{fresh_prefix, server_on_with};
@@ -421,13 +421,7 @@ fn form_time(app: &TestApp, offset_ms: i64) -> String {
 #[tokio::test]
 async fn the_operator_sets_an_events_guard_in_the_console_and_the_api_and_the_log_keeps_it() {
     let app = TestApp::spawn().await;
-    let browser = browser(&app);
-    let page = sign_in(&app, &browser, ADMIN_TOKEN)
-        .await
-        .text()
-        .await
-        .unwrap();
-    let csrf = csrf_of(&page);
+    let Operator { browser, csrf, .. } = operator(&app).await;
     let event_form = |guard: &str| {
         let fields = [
             ("title", "Guarded hour".to_owned()),

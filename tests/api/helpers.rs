@@ -224,15 +224,23 @@ impl TestApp {
 
     /// One buy attempt.
     pub async fn buy(&self, token: &str, product: i64, quantity: i64) -> (StatusCode, Value) {
-        let response = self
-            .client
+        status_and_json(self.buy_response(token, product, quantity).await).await
+    }
+
+    /// One buy attempt's whole response, headers and all.
+    pub async fn buy_response(
+        &self,
+        token: &str,
+        product: i64,
+        quantity: i64,
+    ) -> reqwest::Response {
+        self.client
             .post(self.url("/api/v1/orders"))
             .bearer_auth(token)
             .json(&json!({ "product_id": product, "quantity": quantity }))
             .send()
             .await
-            .unwrap();
-        status_and_json(response).await
+            .unwrap()
     }
 
     /// Waits until every accepted order is in the database (cluster mode answers a buy once
@@ -305,7 +313,7 @@ impl TestApp {
     /// The buys of [`assert_gate_rebuilt_after_two_of_three_sold`](Self::assert_gate_rebuilt_after_two_of_three_sold),
     /// for a gate whose orders may not be stored yet.
     pub async fn assert_gate_knows_two_of_three_sold(&self, product: i64, tokens: &[String]) {
-        let (status, body) = self.buy(&tokens[0], product, 1).await;
+        let (status, body) = once_the_gate_reopens(|| self.buy(&tokens[0], product, 1)).await;
         assert_eq!(
             (status, code(&body)),
             (StatusCode::CONFLICT, "limit_reached")
@@ -399,6 +407,24 @@ pub async fn status_and_json(response: reqwest::Response) -> (StatusCode, Value)
     (status, body)
 }
 
+/// The answer to `buy`, sent again while it is `503`: a gate that lost its data stays closed
+/// for a few seconds, until every server has shared again what it accepted.
+pub async fn once_the_gate_reopens<F, Fut>(mut buy: F) -> (StatusCode, Value)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (StatusCode, Value)>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let answer = buy().await;
+        if answer.0 != StatusCode::SERVICE_UNAVAILABLE || tokio::time::Instant::now() > deadline {
+            return answer;
+        }
+        // Slower than a buyer's default limit of five tries a second.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
 /// An HTTP client for the tests, once the TLS provider every client of the process needs is
 /// installed.
 pub fn client_builder() -> reqwest::ClientBuilder {
@@ -416,4 +442,65 @@ pub fn rfc3339(ms: i64) -> String {
 /// The error code of an error body.
 pub fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no error code>")
+}
+
+/// Registers `username` through the API, with the password `{username}-password`; its id.
+pub async fn register(app: &TestApp, username: &str) -> i64 {
+    let response = app
+        .client
+        .post(app.url("/api/v1/users"))
+        .json(&credentials(username))
+        .send()
+        .await
+        .unwrap();
+    let (status, user) = status_and_json(response).await;
+    assert_eq!(status, StatusCode::CREATED, "{user}");
+    user["id"].as_i64().unwrap()
+}
+
+/// A sign-in of `username` with the password [`register`] gives it: the status and body.
+pub async fn try_sign_in(app: &TestApp, username: &str) -> (StatusCode, Value) {
+    let request = app.client.post(app.url("/api/v1/sessions"));
+    status_and_json(request.json(&credentials(username)).send().await.unwrap()).await
+}
+
+/// Signs `username` in (see [`try_sign_in`]); the session token.
+pub async fn sign_in(app: &TestApp, username: &str) -> String {
+    let (status, session) = try_sign_in(app, username).await;
+    assert_eq!(status, StatusCode::OK, "{session}");
+    session["token"].as_str().unwrap().to_owned()
+}
+
+fn credentials(username: &str) -> Value {
+    json!({ "username": username, "password": format!("{username}-password") })
+}
+
+/// How long another server may take to learn of a sign-out or a disabled account: its reading
+/// period and slack.
+pub const SPREAD: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Polls `check` until it holds or [`SPREAD`] has passed; whether it held.
+pub async fn within_spread(mut check: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + SPREAD;
+    loop {
+        if check().await {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A request sent and its answer read as text, for the tests that read pages and bodies whole.
+pub trait TextOfAnswer {
+    /// Sends the request and reads the answer's body, failing the test if either fails.
+    fn text_of_answer(self) -> impl std::future::Future<Output = String>;
+}
+
+impl TextOfAnswer for reqwest::RequestBuilder {
+    async fn text_of_answer(self) -> String {
+        self.send().await.unwrap().text().await.unwrap()
+    }
 }

@@ -2,9 +2,9 @@
 //! served by the binary at `/images/{id}` with their type, forever cacheable, and never as
 //! anything that could run.
 
-use crate::admin_console::{browser, csrf_of, sign_in};
+use crate::admin_console::{Operator, operator};
 use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, rfc3339, status_and_json};
+use crate::helpers::{ADMIN_TOKEN, TestApp, TextOfAnswer, code, rfc3339, status_and_json};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use reqwest::multipart::{Form, Part};
@@ -372,17 +372,9 @@ async fn the_console_sets_a_products_image_and_the_sale_page_shows_it() {
     let (status, created) = app.admin_post("/api/v1/admin/products", new_product).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let product = created["id"].as_i64().unwrap();
-    let browser = browser(&app);
-    sign_in(&app, &browser, ADMIN_TOKEN).await;
+    let Operator { browser, csrf, .. } = operator(&app).await;
     let page_url = app.url(&format!("/admin/products/{product}"));
-    let page = browser
-        .get(&page_url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = browser.get(&page_url).text_of_answer().await;
     let form_action = format!("action=\"/admin/products/{product}/image\"");
     assert!(page.contains(&form_action), "{page}");
     assert!(page.contains("enctype=\"multipart/form-data\""));
@@ -390,7 +382,6 @@ async fn the_console_sets_a_products_image_and_the_sale_page_shows_it() {
         page.contains("src=\"/static/img/gift.svg\""),
         "the current image is shown"
     );
-    let csrf = csrf_of(&page);
 
     let send = |csrf: String, content_type: &str, bytes: Vec<u8>| {
         let part = Part::bytes(bytes)

@@ -15,11 +15,11 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-const WINDOW_MS: i64 = 15 * 60 * 1000;
+pub(crate) const WINDOW_MS: i64 = 15 * 60 * 1000;
 
 /// A live product of `stock` units (one per buyer) and one order of one unit for each of `n`
 /// new buyers: (product, [(token, order id)]).
-async fn sold(app: &TestApp, stock: i64, n: usize) -> (i64, Vec<(String, String)>) {
+pub(crate) async fn sold(app: &TestApp, stock: i64, n: usize) -> (i64, Vec<(String, String)>) {
     let product = app.live_product(stock, 1).await;
     let tokens = app.users(n).await;
     (product, app.buy_each(&tokens, product).await)

@@ -229,7 +229,8 @@ async fn buys_batched_together_are_decided_one_by_one() {
     use seckill::gate::{GateError, GateProduct, Rejection, Reserved, StockGate, redis::RedisGate};
     use std::collections::{HashMap, HashSet};
 
-    let gate = Arc::new(RedisGate::new(redis().await, &fresh_prefix()));
+    let outbox_max = Config::default().outbox_max_orders;
+    let gate = Arc::new(RedisGate::new(redis().await, &fresh_prefix(), outbox_max));
     let now = 1_800_000_000_000;
     let stock = [(ProductId(1), 30), (ProductId(2), 20)];
     for (id, remaining) in stock {

@@ -8,6 +8,7 @@ use crate::backend::{self, TestDatabase};
 use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp, code};
 use crate::shared_gate::{fresh_prefix, redis_url, server_on_with};
 use reqwest::StatusCode;
+use seckill::config::Config;
 use sqlx::AnyPool;
 use std::collections::HashSet;
 use std::process::Stdio;
@@ -18,7 +19,10 @@ use tokio::process::{Child, Command};
 
 /// The backends all processes of one test share.
 pub(crate) struct Cluster {
-    db: Arc<TestDatabase>,
+    pub(crate) db: Arc<TestDatabase>,
+    /// The database URL of the processes, when they reach it another way than the observer
+    /// (through a test's proxy).
+    database_url: Option<String>,
     /// The Redis of the processes (the observer's is always the local one).
     redis: String,
     pub(crate) prefix: String,
@@ -26,7 +30,7 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    fn new(db: Arc<TestDatabase>) -> Self {
+    pub(crate) fn new(db: Arc<TestDatabase>) -> Self {
         Self::on_redis(db, redis_url())
     }
 
@@ -34,26 +38,54 @@ impl Cluster {
     pub(crate) fn on_redis(db: Arc<TestDatabase>, redis: String) -> Self {
         Self {
             db,
+            database_url: None,
             redis,
             prefix: fresh_prefix(),
             amqp: backend::amqp(),
         }
     }
 
+    /// The processes relay through the RabbitMQ at `url` (names of this cluster's own), whatever
+    /// the run's backends.
+    pub(crate) fn with_amqp(mut self, url: String) -> Self {
+        let names = self.prefix.trim_end_matches(':').replace(':', ".");
+        self.amqp = Some((url, format!("{names}.")));
+        self
+    }
+
+    /// The processes reach the database at `url` (the observer still reaches it directly).
+    pub(crate) fn with_database_url(mut self, url: String) -> Self {
+        self.database_url = Some(url);
+        self
+    }
+
+    /// RabbitMQ's URL and the names of this cluster's exchanges and queues, when it has one.
+    pub(crate) fn amqp(&self) -> Option<&(String, String)> {
+        self.amqp.as_ref()
+    }
+
     /// The in-process server that mints tokens and reads the database; it runs no worker.
     pub(crate) async fn observer(&self) -> TestApp {
-        server_on_with(&self.db, &self.prefix, false, self.amqp.clone(), |_| {}).await
+        self.observer_with(|_| {}).await
+    }
+
+    /// The observer, with `tweak` applied to its configuration.
+    async fn observer_with(&self, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        server_on_with(&self.db, &self.prefix, false, self.amqp.clone(), tweak).await
     }
 
     /// `seckill <subcommand>` over the shared backends, with `extra` environment.
-    fn command(&self, subcommand: &str, extra: &[(&str, &str)]) -> Command {
+    pub(crate) fn command(&self, subcommand: &str, extra: &[(&str, &str)]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
         command
             .arg(subcommand)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("RUST_LOG", "error")
-            .env("SECKILL_DATABASE_URL", &self.db.url)
+            .env(
+                "SECKILL_DATABASE_URL",
+                self.database_url.as_ref().unwrap_or(&self.db.url),
+            )
             .env("SECKILL_REDIS_URL", &self.redis)
             .env("SECKILL_REDIS_KEY_PREFIX", &self.prefix)
             .env("SECKILL_SECRET", SECRET)
@@ -61,6 +93,9 @@ impl Cluster {
             .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
             .env("SECKILL_RATE_LIMIT__PER_IP_PER_SEC", "1000000")
             .env("SECKILL_RATE_LIMIT__PER_IP_BURST", "1000000")
+            // Buyers of the fault tests try again every 50 ms while a server answers 503.
+            .env("SECKILL_RATE_LIMIT__PER_USER_PER_SEC", "1000000")
+            .env("SECKILL_RATE_LIMIT__PER_USER_BURST", "1000000")
             .stdout(Stdio::piped())
             .kill_on_drop(true);
         if let Some((url, prefix)) = &self.amqp {
@@ -96,7 +131,7 @@ impl Cluster {
     }
 
     /// A server process with `extra` environment; returns it and its base URL.
-    async fn server_with(&self, extra: &[(&str, &str)]) -> (Child, String) {
+    pub(crate) async fn server_with(&self, extra: &[(&str, &str)]) -> (Child, String) {
         let (child, line) = self.start("serve", extra).await;
         let base = line
             .split_whitespace()
@@ -161,16 +196,22 @@ async fn stored_count(app: &TestApp, pool: &AnyPool, product: i64) -> i64 {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
+/// Two servers and a worker sell 300 units to 3,000 buyers, over quorum queues when `quorum`.
+async fn sell_exactly_the_stock(quorum: bool) {
     let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
-    let observer = cluster.observer().await;
+    let observer = cluster
+        .observer_with(|c| c.amqp_quorum_queues = quorum)
+        .await;
     let stock = 300;
     let product = observer.live_product(stock, 1).await;
     let tokens = observer.users(3_000).await;
-    let (_first, first) = cluster.server().await;
-    let (_second, second) = cluster.server().await;
-    let (_worker, _) = cluster.start("worker", &[]).await;
+    let extra = [(
+        "SECKILL_AMQP_QUORUM_QUEUES",
+        if quorum { "true" } else { "false" },
+    )];
+    let (_first, first) = cluster.server_with(&extra).await;
+    let (_second, second) = cluster.server_with(&extra).await;
+    let (_worker, _) = cluster.start("worker", &extra).await;
 
     let accepted = buy_spread(&observer.client, &[first, second], &tokens, product).await;
 
@@ -181,6 +222,20 @@ async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
         "every accepted order, and only those, is stored"
     );
     assert_eq!(observer.stored(product).await, (stock, stock, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
+    sell_exactly_the_stock(false).await;
+}
+
+/// The same over quorum queues (`SECKILL_AMQP_QUORUM_QUEUES`); it runs where
+/// `SECKILL_TEST_AMQP=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn over_quorum_queues_two_server_processes_and_a_worker_sell_exactly_the_stock() {
+    if crate::faults::runs_here("quorum queues", "with SECKILL_TEST_AMQP=1", |run| run.amqp) {
+        sell_exactly_the_stock(true).await;
+    }
 }
 
 /// How a worker is stopped in the middle of its work.

@@ -5,7 +5,7 @@
 
 use crate::backend::TestDatabase;
 use crate::helpers::{ADMIN_TOKEN, TestApp, rfc3339, status_and_json};
-use crate::redis_restart::PrivateRedis;
+use crate::private_redis::{Persistence, PrivateRedis};
 use crate::shared_gate::{fresh_prefix, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
@@ -395,7 +395,7 @@ async fn buys_a_server_answers_by_itself_are_not_counted_in_redis() {
 
 #[tokio::test]
 async fn without_redis_each_server_keeps_its_own_limits_and_answers() {
-    let redis = PrivateRedis::start().await;
+    let redis = PrivateRedis::start(Persistence::None).await;
     let db = Arc::new(TestDatabase::fresh().await);
     let url = redis.url();
     let app = TestApp::spawn_on(db, Arc::new(SystemClock), move |c| {

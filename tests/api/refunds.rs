@@ -4,10 +4,11 @@
 //! nothing changes; with the gateway unreachable the refund waits and the ticker makes it; the
 //! search finds exactly the orders its filters name.
 
-use crate::admin_console::{browser, csrf_of, sign_in};
+use crate::admin_console::{Operator, operator};
 use crate::helpers::{ADMIN_TOKEN, TestApp, code, status_and_json};
 use crate::sandbox::param;
 use reqwest::StatusCode;
+use seckill::clock::SharedClock;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -74,7 +75,7 @@ async fn paid_order(app: &TestApp, stock: i64) -> (i64, String, String) {
 }
 
 /// The sandbox gateway's trade for an order: (status, amount refunded).
-fn trade(app: &TestApp, order: &str) -> (String, String) {
+pub(crate) fn trade(app: &TestApp, order: &str) -> (String, String) {
     let notification = app.sandbox_notification(order);
     (
         param(&notification, "trade_status").to_owned(),
@@ -239,14 +240,14 @@ async fn unpaid_cancelled_and_unknown_orders_are_not_refunded_and_nothing_change
 
 /// A TCP proxy in front of a test server, standing for the network between the shop and its
 /// payment gateway: switched off, it drops every connection, those already open too.
-struct Switch {
-    url: String,
+pub(crate) struct Switch {
+    pub(crate) url: String,
     target: Arc<OnceLock<SocketAddr>>,
     on: watch::Sender<bool>,
 }
 
 impl Switch {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let target = Arc::new(OnceLock::<SocketAddr>::new());
@@ -272,26 +273,33 @@ impl Switch {
         Self { url, target, on }
     }
 
-    fn forward_to(&self, app: &TestApp) {
+    pub(crate) fn forward_to(&self, app: &TestApp) {
         let addr = app.base.trim_start_matches("http://").parse().unwrap();
         self.target.set(addr).unwrap();
     }
 
-    fn set(&self, on: bool) {
+    pub(crate) fn set(&self, on: bool) {
         self.on.send_replace(on);
     }
 }
 
-#[tokio::test]
-async fn with_the_gateway_unreachable_a_refund_waits_and_the_ticker_makes_it() {
-    // The shop reaches its sandbox gateway (and the gateway the shop) through the switch.
+/// A server on `clock` paying through its sandbox gateway, which it reaches (and which
+/// reaches it) only through the returned switch.
+pub(crate) async fn spawn_paying_behind_a_switch(clock: SharedClock) -> (Switch, TestApp) {
     let switch = Switch::start().await;
-    let app = TestApp::spawn_with(TestApp::manual_clock(), |c| {
+    let app = TestApp::spawn_with(clock, |c| {
         c.payment.provider = Some(seckill::config::ProviderKind::Sandbox);
         c.public_url = Some(switch.url.clone());
     })
     .await;
     switch.forward_to(&app);
+    (switch, app)
+}
+
+#[tokio::test]
+async fn with_the_gateway_unreachable_a_refund_waits_and_the_ticker_makes_it() {
+    // The shop reaches its sandbox gateway (and the gateway the shop) through the switch.
+    let (switch, app) = spawn_paying_behind_a_switch(TestApp::manual_clock()).await;
     let (product, token, order) = paid_order(&app, 1).await;
 
     switch.set(false);
@@ -321,12 +329,63 @@ async fn with_the_gateway_unreachable_a_refund_waits_and_the_ticker_makes_it() {
     );
 }
 
+/// The ticker makes every refund due, lowest order id first: one the gateway refuses for good,
+/// first in line, must hold up none of those behind it.
+#[tokio::test]
+async fn a_refund_the_gateway_refuses_for_good_holds_up_none_of_the_others_due() {
+    let (switch, app) = spawn_paying_behind_a_switch(TestApp::manual_clock()).await;
+    let product = app.live_product(4, 1).await;
+    let buyers = app.users(4).await;
+    let orders = app.buy_each(&buyers, product).await;
+
+    // First in line: a trade its buyer abandoned, then cancelled (the gateway closed it); a
+    // word signed with the gateway's key says it was paid after all. The gateway refuses its
+    // refund, and always will: the trade is closed.
+    let (token, refused) = &orders[0];
+    app.open_checkout(token, refused).await;
+    let (status, body) = app.order_action(token, refused, "cancel").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let closed = app.sandbox_notification(refused);
+    assert_eq!(param(&closed, "trade_status"), "TRADE_CLOSED");
+    let word = app
+        .signed_by_gateway(&closed, &[("trade_status", "TRADE_SUCCESS")])
+        .await;
+    assert_eq!(app.notify(&word).await, "failure", "the refund was refused");
+
+    // Behind it: trades paid, then cancelled by their buyers before the gateway's word came,
+    // which came while the gateway could not be reached for the refund.
+    for (token, order) in &orders[1..] {
+        app.open_checkout(token, order).await;
+        let (status, page) = app.checkout(order, "pay_without_notice").await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let (status, body) = app.order_action(token, order, "cancel").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    switch.set(false);
+    for (_, order) in &orders[1..] {
+        let paid = app.sandbox_notification(order);
+        assert_eq!(
+            app.notify(&paid).await,
+            "failure",
+            "the refund could not be made"
+        );
+    }
+    switch.set(true);
+
+    for (token, order) in &orders[1..] {
+        app.wait_for_status(token, order, "refunded").await;
+        assert_eq!(trade(&app, order), ("TRADE_CLOSED".into(), "49.99".into()));
+    }
+    assert_eq!(app.order_status(token, refused).await, "cancelled");
+    assert_eq!(trade(&app, refused).0, "TRADE_CLOSED");
+    assert_eq!(app.stored(product).await, (0, 0, 4));
+}
+
 #[tokio::test]
 async fn the_console_refunds_a_paid_order_under_csrf_and_shows_the_outcome() {
     let app = TestApp::spawn_paying(TestApp::manual_clock()).await;
     let (product, token, order) = paid_order(&app, 1).await;
-    let browser = browser(&app);
-    sign_in(&app, &browser, ADMIN_TOKEN).await;
+    let Operator { browser, csrf, .. } = operator(&app).await;
     let search = format!("/admin/orders?product={product}&status=paid");
     let page = browser.get(app.url(&search)).send().await.unwrap();
     let page = page.text().await.unwrap();
@@ -334,7 +393,6 @@ async fn the_console_refunds_a_paid_order_under_csrf_and_shows_the_outcome() {
         page.contains(&format!(r#"data-refund="{order}""#)),
         "{page}"
     );
-    let csrf = csrf_of(&page);
 
     let refund = |csrf: &str| {
         browser
@@ -469,8 +527,7 @@ async fn the_search_finds_exactly_the_orders_of_a_product_a_status_and_a_buyer()
     }
 
     // The console's filters find the same.
-    let browser = browser(app);
-    sign_in(app, &browser, ADMIN_TOKEN).await;
+    let browser = operator(app).await.browser;
     let console = |query: String| {
         let url = app.url(&format!("/admin/orders?{query}"));
         let browser = browser.clone();

@@ -258,7 +258,7 @@ async function dashboardShowsTheSale(page, name) {
 
 // The console's other pages, as the operator signed in above sees them.
 async function consolePages(page) {
-  for (const [path, name] of [['/admin/dashboard', 'admin-dashboard'], ['/admin/orders', 'admin-orders'], ['/admin/audit', 'admin-audit']]) {
+  for (const [path, name] of [['/admin/dashboard', 'admin-dashboard'], ['/admin/orders', 'admin-orders'], ['/admin/audit', 'admin-audit'], ['/admin/users', 'admin-users']]) {
     await page.goto(base + path);
     check(new URL(page.url()).pathname === path, `the console shows ${path}`);
     await screenshots(page, name);

@@ -4,6 +4,11 @@
 //! instead of many. Nobody waits for a timer: a lone buy leaves at once, and under a crowd a
 //! batch grows to what arrived during one round trip. The script decides each buy as if it ran
 //! alone, in arrival order, so batching changes no answer.
+//!
+//! A product's queue is bounded: buys that find it full (Redis stalled, or buys of one product
+//! arriving faster than Redis decides them) are refused at once as [`Rejection::BacklogFull`]
+//! rather than waiting without end. Buys with an idempotency key go on after their buyer
+//! leaves, so the number of open connections alone would not bound it.
 
 use super::idempotency;
 use super::keys::Keys;
@@ -20,6 +25,10 @@ use tokio::sync::{mpsc, oneshot};
 /// Most buys in one script call, which bounds how long it holds Redis (which runs one script
 /// at a time) and its argument list.
 const MAX_BUYS: usize = 128;
+
+/// Most buys of one product waiting for their script call: sixty-four full calls, far more
+/// than arrive during one round trip of a working Redis.
+const MAX_WAITING: usize = 64 * MAX_BUYS;
 
 /// A buy waiting for its batch: the script's arguments for it, and where its answer goes. The
 /// order is encoded by its buyer's own task, not by the product's one batch task, which every
@@ -61,17 +70,21 @@ impl Pending {
 pub(super) struct ReserveBatches {
     redis: RedisLink,
     prefix: String,
-    queues: Mutex<HashMap<ProductId, mpsc::UnboundedSender<Pending>>>,
+    queues: Mutex<HashMap<ProductId, mpsc::Sender<Pending>>>,
+    /// Most entries a product's outbox may hold; the script refuses buys past it.
+    outbox_max: u64,
 }
 
 impl ReserveBatches {
-    /// Batches over `redis`, for keys under `prefix`. A product's task starts with its first buy
-    /// and ends when this is dropped.
-    pub fn new(redis: RedisLink, prefix: &str) -> Self {
+    /// Batches over `redis`, for keys under `prefix`, refusing buys of a product whose outbox
+    /// holds `outbox_max` entries. A product's task starts with its first buy and ends when
+    /// this is dropped.
+    pub fn new(redis: RedisLink, prefix: &str, outbox_max: u64) -> Self {
         Self {
             redis,
             prefix: prefix.to_owned(),
             queues: Mutex::new(HashMap::new()),
+            outbox_max,
         }
     }
 
@@ -82,13 +95,16 @@ impl ReserveBatches {
         let (pending, answered) = Pending::of(order, now);
         let stopped = || GateError::Unavailable(anyhow::anyhow!("the stock gate is shutting down"));
         self.queue_of(order.product_id)
-            .send(pending)
-            .map_err(|_| stopped())?;
+            .try_send(pending)
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => Rejection::BacklogFull.into(),
+                mpsc::error::TrySendError::Closed(_) => stopped(),
+            })?;
         answered.await.map_err(|_| stopped())?
     }
 
     /// The queue of `product`, started on first use.
-    fn queue_of(&self, product: ProductId) -> mpsc::UnboundedSender<Pending> {
+    fn queue_of(&self, product: ProductId) -> mpsc::Sender<Pending> {
         let mut queues = self
             .queues
             .lock()
@@ -96,9 +112,10 @@ impl ReserveBatches {
         queues
             .entry(product)
             .or_insert_with(|| {
-                let (queue, buys) = mpsc::unbounded_channel();
+                let (queue, buys) = mpsc::channel(MAX_WAITING);
                 let keys = Keys::of(&self.prefix, product);
-                tokio::spawn(send_batches(self.redis.clone(), keys, buys));
+                let redis = self.redis.clone();
+                tokio::spawn(send_batches(redis, keys, self.outbox_max, buys));
                 queue
             })
             .clone()
@@ -111,7 +128,8 @@ impl ReserveBatches {
 async fn send_batches(
     mut redis: RedisLink,
     keys: Keys,
-    mut buys: mpsc::UnboundedReceiver<Pending>,
+    outbox_max: u64,
+    mut buys: mpsc::Receiver<Pending>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BUYS);
     while buys.recv_many(&mut batch, MAX_BUYS).await > 0 {
@@ -119,18 +137,26 @@ async fn send_batches(
         batch.retain(|pending| !pending.answer.is_closed());
         if !batch.is_empty() {
             let call = rand::random();
-            reserve_batch(&mut redis, &keys, call, std::mem::take(&mut batch)).await;
+            let batch = std::mem::take(&mut batch);
+            reserve_batch(&mut redis, &keys, outbox_max, call, batch).await;
         }
     }
 }
 
 /// One script call for `batch`, all buys of one product, and each buy's answer sent back.
 /// `call` names the call's replay key: drawn at random for every call, so only a copy of this
-/// very call (the client sending it again) finds the answers it left there.
-async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec<Pending>) {
+/// very call (the client sending it again) finds the answers it left there. The outbox takes at
+/// most `outbox_max` entries.
+async fn reserve_batch(
+    redis: &mut RedisLink,
+    keys: &Keys,
+    outbox_max: u64,
+    call: u64,
+    batch: Vec<Pending>,
+) {
     metrics::histogram!("seckill_gate_batch_size").record(batch.len() as f64);
     let started = Instant::now();
-    let answers = run_reserve(redis, keys, call, &batch).await;
+    let answers = run_reserve(redis, keys, outbox_max, call, &batch).await;
     metrics::histogram!("seckill_gate_call_duration_seconds")
         .record(started.elapsed().as_secs_f64());
     let expected = 2 * batch.len();
@@ -152,10 +178,11 @@ async fn reserve_batch(redis: &mut RedisLink, keys: &Keys, call: u64, batch: Vec
 
 /// Runs the reserve script over `batch` and returns its flat answers. Only a batch with a buy
 /// that has an idempotency key names the `kept` hash and gives each buy its field there: a
-/// batch without one is sent as it was before keys existed.
+/// batch without one names neither.
 async fn run_reserve(
     redis: &mut RedisLink,
     keys: &Keys,
+    outbox_max: u64,
     call: u64,
     batch: &[Pending],
 ) -> redis::RedisResult<Vec<Value>> {
@@ -165,7 +192,7 @@ async fn run_reserve(
         .iter()
         .map(|pending| 40 + pending.encoded.len() + pending.kept_as.as_ref().map_or(0, String::len))
         .sum();
-    let mut command = redis::Cmd::with_capacity(8 + per_buy * batch.len(), 256 + bytes);
+    let mut command = redis::Cmd::with_capacity(9 + per_buy * batch.len(), 256 + bytes);
     command
         .arg("EVALSHA")
         .arg(RESERVE.get_hash())
@@ -187,6 +214,7 @@ async fn run_reserve(
             command.arg(pending.kept_as.as_deref().unwrap_or(""));
         }
     }
+    command.arg(outbox_max);
     crate::redis_link::evalsha(redis, &RESERVE, &command).await
 }
 
@@ -226,6 +254,7 @@ fn decode(code: &Value, second: &Value) -> Result<Reserved, GateError> {
         },
         -6 => Rejection::Paused,
         -7 => Rejection::KeyReused,
+        -8 => Rejection::BacklogFull,
         _ => return Err(odd()),
     };
     Err(rejection.into())
@@ -276,9 +305,20 @@ mod tests {
     /// Runs `orders` as reserve call `call`; each buy's answer, errors by name, a replay by the
     /// id of the order it answers with.
     async fn run(redis: &mut RedisLink, keys: &Keys, call: u64, orders: &[Order]) -> Vec<String> {
+        run_bounded(redis, keys, 1_000, call, orders).await
+    }
+
+    /// [`run`] with an outbox of at most `outbox_max` entries.
+    async fn run_bounded(
+        redis: &mut RedisLink,
+        keys: &Keys,
+        outbox_max: u64,
+        call: u64,
+        orders: &[Order],
+    ) -> Vec<String> {
         let (batch, answers): (Vec<_>, Vec<_>) =
             orders.iter().map(|order| Pending::of(order, NOW)).unzip();
-        reserve_batch(redis, keys, call, batch).await;
+        reserve_batch(redis, keys, outbox_max, call, batch).await;
         let mut decided = Vec::new();
         for answered in answers {
             decided.push(match answered.await.unwrap() {
@@ -308,9 +348,21 @@ mod tests {
     async fn loaded(tag: &str, product: &GateProduct) -> (RedisLink, RedisGate, Keys) {
         let redis = crate::redis_link::test_link().await;
         let prefix = format!("seckill-unit:{}:{tag}", std::process::id());
-        let gate = RedisGate::new(redis.clone(), &prefix);
+        let gate = RedisGate::new(redis.clone(), &prefix, 1_000);
         gate.load(product.clone()).await.unwrap();
         (redis, gate, Keys::of(&prefix, ProductId(1)))
+    }
+
+    /// Removes what a test left under its prefix: the outbox, the replay keys of `calls`, the
+    /// product.
+    async fn clean_up(redis: &mut RedisLink, gate: &RedisGate, keys: &Keys, calls: &[u64]) {
+        let mut del = redis::cmd("DEL");
+        del.arg(&keys.outbox);
+        for &call in calls {
+            del.arg(keys.replay(call));
+        }
+        let _: () = del.query_async(redis).await.unwrap();
+        gate.forget(ProductId(1)).await.unwrap();
     }
 
     #[tokio::test]
@@ -384,15 +436,7 @@ mod tests {
             ["Ok(Taken { remaining: 0 })"]
         );
 
-        let _: () = redis::cmd("DEL")
-            .arg(&keys.outbox)
-            .arg(keys.replay(1))
-            .arg(keys.replay(3))
-            .arg(keys.replay(4))
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        gate.forget(ProductId(1)).await.unwrap();
+        clean_up(&mut redis, &gate, &keys, &[1, 3, 4]).await;
     }
 
     #[tokio::test]
@@ -433,14 +477,7 @@ mod tests {
             ]
         );
 
-        let _: () = redis::cmd("DEL")
-            .arg(&keys.outbox)
-            .arg(keys.replay(42))
-            .arg(keys.replay(43))
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        gate.forget(ProductId(1)).await.unwrap();
+        clean_up(&mut redis, &gate, &keys, &[42, 43]).await;
     }
 
     #[tokio::test]
@@ -465,12 +502,94 @@ mod tests {
             ["Err(Rejected(Paused))"]
         );
 
-        let _: () = redis::cmd("DEL")
+        clean_up(&mut redis, &gate, &keys, &[2]).await;
+    }
+
+    #[tokio::test]
+    async fn a_full_outbox_refuses_buys_and_takes_nothing_until_entries_are_stored() {
+        let (mut redis, gate, keys) = loaded("full:", &three_units(false, 1)).await;
+
+        // An outbox of two: the third buy of the call finds it full, though stock is left.
+        let buys = [order(1, 7), order(2, 8), order(3, 9)];
+        assert_eq!(
+            run_bounded(&mut redis, &keys, 2, 1, &buys).await,
+            [
+                "Ok(Taken { remaining: 2 })",
+                "Ok(Taken { remaining: 1 })",
+                "Err(Rejected(BacklogFull))"
+            ]
+        );
+        assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(1));
+        assert_eq!(
+            gate.outbox(ProductId(1)).await.unwrap(),
+            [order(1, 7), order(2, 8)]
+        );
+        // Still full in a later call.
+        assert_eq!(
+            run_bounded(&mut redis, &keys, 2, 2, &[order(4, 9)]).await,
+            ["Err(Rejected(BacklogFull))"]
+        );
+
+        // A worker stores one: the refused buyer's retry is taken, and with the outbox full
+        // again, a buy past the stock is told it is sold out.
+        let first: Vec<redis::streams::StreamId> = redis::cmd("XRANGE")
             .arg(&keys.outbox)
-            .arg(keys.replay(2))
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async::<redis::streams::StreamRangeReply>(&mut redis)
+            .await
+            .unwrap()
+            .ids;
+        let _: i64 = redis::cmd("XDEL")
+            .arg(&keys.outbox)
+            .arg(&first[0].id)
             .query_async(&mut redis)
             .await
             .unwrap();
-        gate.forget(ProductId(1)).await.unwrap();
+        assert_eq!(
+            run_bounded(&mut redis, &keys, 2, 3, &[order(5, 9), order(6, 10)]).await,
+            [
+                "Ok(Taken { remaining: 0 })",
+                "Err(Rejected(SoldOut { remaining: 0 }))"
+            ]
+        );
+
+        clean_up(&mut redis, &gate, &keys, &[1, 3]).await;
+    }
+
+    #[tokio::test]
+    async fn buys_finding_their_products_queue_full_are_refused_at_once() {
+        let redis = crate::redis_link::test_link().await;
+        let batches = ReserveBatches::new(redis, "seckill-unit:waiting:", 1_000);
+        // The product's queue, as its task would hold it, with nobody emptying it: Redis stalled.
+        let (queue, mut waiting) = mpsc::channel(MAX_WAITING);
+        batches.queues.lock().unwrap().insert(ProductId(1), queue);
+        let batches = std::sync::Arc::new(batches);
+        let mut buyers = Vec::new();
+        for i in 0..MAX_WAITING as i64 {
+            let batches = batches.clone();
+            buyers.push(tokio::spawn(async move {
+                batches.reserve(&order(i + 1, i + 1), NOW).await
+            }));
+        }
+        while waiting.len() < MAX_WAITING {
+            tokio::task::yield_now().await;
+        }
+
+        let late = batches.reserve(&order(0, 0), NOW).await;
+        assert!(
+            matches!(late, Err(GateError::Rejected(Rejection::BacklogFull))),
+            "{late:?}"
+        );
+        // The buys that waited get their answers once the queue moves again.
+        for _ in 0..MAX_WAITING {
+            let pending = waiting.recv().await.unwrap();
+            let _ = pending.answer.send(Ok(Reserved::Taken { remaining: 0 }));
+        }
+        for buyer in buyers {
+            assert!(buyer.await.unwrap().is_ok());
+        }
     }
 }

@@ -43,10 +43,12 @@ pub struct RedisGate {
 }
 
 impl RedisGate {
-    /// The gate over `redis`; keys start with `prefix`.
-    pub fn new(redis: RedisLink, prefix: &str) -> Self {
+    /// The gate over `redis`; keys start with `prefix`. A product's outbox holds at most
+    /// `outbox_max` orders: past it, buys are refused ([`Rejection::BacklogFull`]) in the same
+    /// atomic step that would take the stock, so nothing is taken for them.
+    pub fn new(redis: RedisLink, prefix: &str, outbox_max: u64) -> Self {
         Self {
-            batches: ReserveBatches::new(redis.clone(), prefix),
+            batches: ReserveBatches::new(redis.clone(), prefix, outbox_max),
             redis,
             prefix: prefix.to_owned(),
         }

@@ -1,7 +1,7 @@
 //! The audit log in the console: the latest changes made through the console or the admin API,
 //! newest first.
 
-use super::{AdminSession, page};
+use super::{AdminSession, page, utc_time};
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::api::admin::AUDIT_SHOWN;
@@ -42,10 +42,7 @@ async fn audit_page(
         .await?
         .into_iter()
         .map(|e| AuditRow {
-            at: chrono::DateTime::from_timestamp_millis(e.at)
-                .unwrap_or_default()
-                .format("%Y-%m-%d %H:%M:%S UTC")
-                .to_string(),
+            at: utc_time(e.at),
             actor: e.actor,
             action: e.action,
         })

@@ -311,7 +311,7 @@ pub(super) async fn product_page(
         .sale
         .product(id)
         .await?
-        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+        .ok_or_else(ApiError::unknown_product)?;
     page(
         status,
         &ProductPage {

@@ -76,7 +76,7 @@ async fn upload(
     };
     session.check_csrf(&upload.csrf)?;
     if state.sale.product(id).await?.is_none() {
-        return Err(ApiError::not_found("unknown_product", "no such product"));
+        return Err(ApiError::unknown_product());
     }
     let put = state
         .images

@@ -13,6 +13,7 @@ pub mod dashboard;
 pub mod images;
 pub mod orders;
 pub mod session;
+pub mod users;
 
 use crate::auth::revocation::SessionId;
 use crate::domain::Millis;
@@ -64,6 +65,7 @@ pub fn router(max_image_bytes: usize) -> Router<AppState> {
         .merge(audit::router())
         .merge(orders::router())
         .merge(dashboard::router())
+        .merge(users::router())
 }
 
 /// The HMAC keyed by the admin token, for session cookies and CSRF tokens.
@@ -254,6 +256,14 @@ fn mistake(error: ApiError) -> Result<String, ApiError> {
         ApiError::Client { message, .. } => Ok(message.into_owned()),
         other => Err(other),
     }
+}
+
+/// A time as the console shows it, in UTC.
+fn utc_time(ms: Millis) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M:%S UTC")
+        .to_string()
 }
 
 /// Writes a change made through the console to the audit log.

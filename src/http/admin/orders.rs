@@ -2,16 +2,16 @@
 //! first, a page at a time), with each order's status and the payment provider's words kept
 //! for it; and refund a paid order through the sale service, as the admin API does.
 
-use super::{AdminSession, ConsoleForm, audit, mistake, page, see_other};
-use crate::domain::{Millis, OrderId, OrderStatus, ProductId, UserId};
-use crate::error::{ApiError, AppPath};
+use super::{AdminSession, ConsoleForm, audit, mistake, page, see_other, utc_time};
+use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
+use crate::error::{ApiError, AppPath, AppQuery};
 use crate::http::AppState;
 use crate::http::api::admin_orders::{refund_action, status};
 use crate::sale::OrderRecord;
 use crate::store::OrderSearch;
 use askama::Template;
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -153,13 +153,6 @@ struct OrdersPage {
     older: Option<String>,
 }
 
-fn time(ms: Millis) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .format("%Y-%m-%d %H:%M:%S UTC")
-        .to_string()
-}
-
 fn row(record: OrderRecord) -> OrderRow {
     let refund_pending = record.refund_due();
     let order = record.order;
@@ -170,7 +163,7 @@ fn row(record: OrderRecord) -> OrderRow {
         quantity: order.quantity.get(),
         total: order.total.to_string(),
         status: order.status.as_str(),
-        created_at: time(order.created_at),
+        created_at: utc_time(order.created_at),
         refundable: order.status == OrderStatus::Paid,
         refund_pending,
         payments: record
@@ -182,7 +175,7 @@ fn row(record: OrderRecord) -> OrderRow {
                 amount: p.amount.to_string(),
                 trade_status: p.trade_status,
                 paid: p.paid,
-                received_at: time(p.received_at),
+                received_at: utc_time(p.received_at),
             })
             .collect(),
     }
@@ -305,7 +298,7 @@ async fn search_page(
 async fn orders_page(
     State(state): State<AppState>,
     session: AdminSession,
-    Query(search): Query<Search>,
+    AppQuery(search): AppQuery<Search>,
 ) -> Result<Response, ApiError> {
     search_page(&state, &session, search, StatusCode::OK, None).await
 }

@@ -439,7 +439,7 @@ async fn update_product(
         .sale
         .product(id)
         .await?
-        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+        .ok_or_else(ApiError::unknown_product)?;
     let window = match (body.starts_at, body.ends_at) {
         (None, None) => None,
         (start, end) => Some(window(

@@ -98,7 +98,7 @@ async fn show_product(
     let product = state
         .sale
         .shown_product(ProductId(id))
-        .ok_or_else(|| ApiError::not_found("unknown_product", "no such product"))?;
+        .ok_or_else(ApiError::unknown_product)?;
     let remaining = state.sale.remaining(&product).await;
     Ok(AppJson(ProductView::new(
         &product,

@@ -176,16 +176,15 @@ async fn buy_challenge(
 ) -> Result<AppJson<ChallengeView>, ApiError> {
     state.limits.check_buy(ip, user.id, None).await?;
     let product = ProductId(id);
-    state.sale.guard_of(product).ok_or_else(unknown_product)?;
+    state
+        .sale
+        .guard_of(product)
+        .ok_or_else(ApiError::unknown_product)?;
     let scope = Scope::Buy {
         user: user.id,
         product,
     };
     Ok(AppJson(ChallengeView::new(&state, scope)))
-}
-
-fn unknown_product() -> ApiError {
-    ApiError::not_found("unknown_product", "no such product")
 }
 
 /// The answer to a product's challenge; a `token` sale needs none, and takes an empty body.
@@ -238,7 +237,10 @@ async fn buy_token(
     state.limits.check_buy(ip, user.id, None).await?;
     let answer: BuyTokenRequest = optional_json(&body)?;
     let product = ProductId(id);
-    let (guard, window) = state.sale.guard_of(product).ok_or_else(unknown_product)?;
+    let (guard, window) = state
+        .sale
+        .guard_of(product)
+        .ok_or_else(ApiError::unknown_product)?;
     let now = state.sale.now();
     let settings = &state.guard.settings;
     if now >= window.end {

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod admin_orders;
+pub mod admin_users;
 pub mod catalog;
 pub mod guard;
 pub mod images;

@@ -30,6 +30,8 @@ pub fn router() -> Router<AppState> {
 #[derive(Deserialize, ToSchema)]
 struct PlaceOrder {
     product_id: i64,
+    /// 1 to 100 (`Quantity::MAX`).
+    #[schema(minimum = 1, maximum = 100)]
     quantity: i64,
     /// The token of `POST /api/v1/products/{id}/buy-token`: a guarded sale's buys need one.
     buy_token: Option<String>,
@@ -51,7 +53,7 @@ struct PlaceOrder {
         (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for; `idempotency_key_reused`: this `Idempotency-Key` was used for another buy (another product or quantity)", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests from this address or this buyer, or too many buys of this sale event by everybody; retry after the `Retry-After` seconds", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again; `backlog_full`: too many orders are waiting to be stored; nothing was bought, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
 async fn place_order(

@@ -31,7 +31,11 @@ pub fn router() -> Router<AppState> {
 /// A username and password, to register or to sign in.
 #[derive(Deserialize, ToSchema)]
 struct Credentials {
+    /// 3 to 32 ASCII letters, digits, `_`, `.` or `-`, whatever their case.
+    #[schema(min_length = 3, max_length = 32, pattern = "^[A-Za-z0-9_.-]+$")]
     username: String,
+    /// 8 to 128 characters.
+    #[schema(min_length = 8, max_length = 128)]
     password: String,
     /// Registering, with `guard.registration_challenge` set: a challenge of
     /// `GET /api/v1/registration/challenge` for this username (signing in ignores it).
@@ -107,6 +111,7 @@ struct SessionView {
     responses(
         (status = 200, description = "Signed in; the token is also set as the `seckill_session` cookie", body = SessionView, headers(("set-cookie" = String, description = "`seckill_session`, HttpOnly"))),
         (status = 401, description = "`invalid_credentials`: wrong username or password", body = ErrorBody),
+        (status = 403, description = "`user_disabled`: the username and password are right, but an operator has disabled the account", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests from this address; `too_many_sign_ins`: too many sign-ins to this account; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
@@ -129,13 +134,23 @@ async fn sign_in(
     // nothing, and only sign-ins about to hash can add an account to the throttle.
     let turn = state.passwords.turn().await?;
     state.limits.check_sign_in(&username).await?;
+    // The token is issued as of before the account is read: an operator who disables the
+    // account after this reading cuts the token off too (`auth::revocation`).
+    let now = state.sale.now();
     let record = state.store.user_by_name(username.as_str()).await?;
     let stored_hash = record.as_ref().map(|r| r.password_hash.clone());
     if !turn.verify(body.password, stored_hash).await? {
         return Err(invalid());
     }
     let record = record.ok_or_else(invalid)?;
-    let now = state.sale.now();
+    // Told only to whoever knows the password, so nobody learns which accounts are disabled.
+    if record.disabled_at.is_some() {
+        return Err(ApiError::client(
+            StatusCode::FORBIDDEN,
+            "user_disabled",
+            "this account has been disabled by the operator",
+        ));
+    }
     let (token, expires_at) = state.auth.tokens.issue(record.id, &username, now);
     let max_age = (expires_at - now) / 1000;
     let headers = session_cookie(&state, &token, max_age)?;

@@ -189,9 +189,19 @@ pub struct Script {
     pub guard_failed: &'static str,
     pub invalid_credentials: &'static str,
     pub username_taken: &'static str,
+    /// The account was disabled by the operator (`user_disabled`).
+    pub user_disabled: &'static str,
     pub invalid_username: &'static str,
     pub weak_password: &'static str,
     pub rate_limited: &'static str,
+    /// Too many accounts registered from this address, or by everybody, this hour.
+    pub too_many_registrations: &'static str,
+    /// Too many sign-ins to this account for now.
+    pub too_many_sign_ins: &'static str,
+    /// Too many passwords being checked on the server at once.
+    pub busy: &'static str,
+    /// The registration puzzle was not solved in time, or for another name.
+    pub invalid_challenge_answer: &'static str,
     pub credentials_required: &'static str,
     pub registering: &'static str,
     pub signing_in: &'static str,
@@ -329,9 +339,14 @@ pub const ZH: Strings = Strings {
         guard_failed: "验证未通过，请刷新页面后重试",
         invalid_credentials: "用户名或密码错误",
         username_taken: "该用户名已被注册",
+        user_disabled: "该账号已被停用",
         invalid_username: "用户名不合法",
         weak_password: "密码强度不足",
         rate_limited: "操作太频繁，请稍后再试",
+        too_many_registrations: "注册的账号太多了，请过一会儿再试",
+        too_many_sign_ins: "该账号登录尝试太多，请稍后再试",
+        busy: "服务器繁忙，请稍后再试",
+        invalid_challenge_answer: "验证已过期，请重试",
         credentials_required: "请输入用户名和密码",
         registering: "注册中…",
         signing_in: "登录中…",
@@ -438,9 +453,14 @@ pub const EN: Strings = Strings {
         guard_failed: "This browser could not be verified: reload the page and try again",
         invalid_credentials: "Wrong username or password",
         username_taken: "That username is taken",
+        user_disabled: "This account has been disabled",
         invalid_username: "That username is not allowed",
         weak_password: "The password is too weak",
         rate_limited: "Too many attempts, please wait a moment",
+        too_many_registrations: "Too many accounts were registered lately, please try again later",
+        too_many_sign_ins: "Too many sign-ins to this account, please wait a moment",
+        busy: "The server is busy, please try again in a moment",
+        invalid_challenge_answer: "The check expired, please try again",
         credentials_required: "Username and password are required",
         registering: "Registering…",
         signing_in: "Signing in…",
@@ -491,6 +511,35 @@ mod tests {
         for t in [&ZH, &EN] {
             let json: serde_json::Value = serde_json::from_str(&t.script_json()).unwrap();
             assert_eq!(json["buy"], t.script.buy);
+        }
+    }
+
+    /// The sign-in page shows the error codes the script lists as its own in its language: a
+    /// code listed without a string would show as `undefined`.
+    #[test]
+    fn every_code_the_sign_in_page_translates_has_a_string_in_each_language() {
+        let script = include_str!("../../../static/app.js");
+        let list = script
+            .split_once("const AUTH_CODES = [")
+            .and_then(|(_, rest)| rest.split_once(']'))
+            .map(|(list, _)| list)
+            .expect("app.js lists AUTH_CODES");
+        let codes: Vec<&str> = list
+            .split(',')
+            .map(|code| code.trim().trim_matches('\''))
+            .collect();
+        for code in ["too_many_registrations", "too_many_sign_ins", "busy"] {
+            assert!(codes.contains(&code), "{code} is not translated");
+        }
+        for t in [&ZH, &EN] {
+            let json: serde_json::Value = serde_json::from_str(&t.script_json()).unwrap();
+            for code in &codes {
+                assert!(
+                    json[code].as_str().is_some_and(|s| !s.is_empty()),
+                    "{} lacks {code}",
+                    t.html_lang
+                );
+            }
         }
     }
 }

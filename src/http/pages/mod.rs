@@ -11,12 +11,12 @@ use super::api::catalog::product_views_of_event;
 use super::api::sessions::{revoke, session_cookie};
 use super::assets::cached;
 use crate::domain::{OrderStatus, SaleStatus};
-use crate::error::ApiError;
+use crate::error::{ApiError, AppPath, AppQuery};
 use crate::http::AppState;
 use crate::http::extract::CurrentUser;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -62,7 +62,7 @@ pub(super) fn render(request: &HeaderMap, page: &impl Page) -> Result<Response, 
 /// is harmless.
 async fn switch_language(
     State(state): State<AppState>,
-    Path(code): Path<String>,
+    AppPath(code): AppPath<String>,
     request: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Some(lang) = Lang::from_code(&code) else {
@@ -103,7 +103,7 @@ struct SaleQuery {
 async fn sale_page(
     State(state): State<AppState>,
     user: Option<CurrentUser>,
-    Query(query): Query<SaleQuery>,
+    AppQuery(query): AppQuery<SaleQuery>,
     request: HeaderMap,
 ) -> Result<Response, ApiError> {
     let now = state.sale.now();
@@ -210,7 +210,7 @@ struct LoginQuery {
 
 async fn login_page(
     State(state): State<AppState>,
-    Query(query): Query<LoginQuery>,
+    AppQuery(query): AppQuery<LoginQuery>,
     request: HeaderMap,
 ) -> Result<Response, ApiError> {
     render(

@@ -66,4 +66,36 @@ mod tests {
         assert_eq!(local_path(None), "/");
         assert_eq!(local_path(Some(format!("/{}", "a".repeat(3000)))), "/");
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Where a browser on `page` goes when sent to `location`, by the WHATWG URL rules
+        /// browsers follow.
+        fn followed(page: &url::Url, location: &str) -> url::Url {
+            page.join(location).expect("a local path always resolves")
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Whatever comes in, the answer is the path itself or `/`, and a browser that
+            /// follows it stays on this site.
+            #[test]
+            fn the_answer_is_always_a_path_of_this_site(
+                text in any::<String>(),
+                tricky in "[/\\\t\n\r .:@%a-z?#\u{3000}\u{ff0f}]{0,12}",
+            ) {
+                let page = url::Url::parse("https://shop.example/login?next=x").unwrap();
+                for next in [text, tricky.clone(), format!("/{tricky}")] {
+                    let path = local_path(Some(next.clone()));
+                    prop_assert!(path == next || path == "/", "{:?} became {:?}", next, path);
+                    let there = followed(&page, &path);
+                    prop_assert_eq!(there.origin(), page.origin(), "{:?} leaves the site", next);
+                    prop_assert!(path.starts_with('/') && !path.starts_with("//"));
+                }
+            }
+        }
+    }
 }

@@ -15,11 +15,12 @@
 //! batch are on one shard of a cluster and one script call counts them.
 
 use super::{Hit, Limiter, Refused};
+use crate::clock::LogEvery;
 use crate::redis_link::RedisLink;
 use async_trait::async_trait;
 use redis::Script;
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Longest a request waits for Redis's count before it goes on with this process's: longer
@@ -54,7 +55,7 @@ pub struct RedisLimiter {
     local: Arc<dyn Limiter>,
     queue: mpsc::Sender<Pending>,
     /// When Redis's count was last missed aloud.
-    warned: Mutex<Option<Instant>>,
+    warned: LogEvery,
 }
 
 impl RedisLimiter {
@@ -68,7 +69,7 @@ impl RedisLimiter {
         Self {
             local,
             queue,
-            warned: Mutex::new(None),
+            warned: LogEvery::new(WARN_EVERY),
         }
     }
 
@@ -104,10 +105,7 @@ impl RedisLimiter {
     /// Counts a missed answer, and logs it unless it did so recently.
     fn missed(&self, error: &anyhow::Error) {
         metrics::counter!("seckill_rate_limit_fallbacks_total").increment(1);
-        let now = Instant::now();
-        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-        if warned.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
-            *warned = Some(now);
+        if self.warned.due() {
             tracing::warn!(
                 error = format!("{error:#}"),
                 "shared rate limits unavailable: counting in this process only"

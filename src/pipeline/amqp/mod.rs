@@ -10,6 +10,10 @@
 //! | `paid` | `Ppaid` | payments made while their order was still on its way to the database, applied by workers |
 //! | `paid.retry` | `Ppaid.retry` | such payments whose order is still not stored; no consumer: back to `paid` after a second |
 //!
+//! The queues are classic queues (on one node; persistent messages survive that node's
+//! restart) unless `amqp_quorum_queues` makes them quorum queues (replicated over a cluster's
+//! nodes, surviving the loss of a minority of them).
+//!
 //! Messages no worker can ever handle (unreadable, or refused by the database) are rejected and
 //! dead-lettered to the fanout exchange `Pdead`, into the queue `Pdead`, for an operator.
 //! Publishes are persistent, `mandatory` and confirmed: an unroutable message comes back and
@@ -47,6 +51,8 @@ pub struct Topology {
     payment_window_ms: u64,
     /// Queues unused this long are deleted by the broker (throwaway deployments only).
     expiry_ms: Option<u64>,
+    /// Quorum queues (replicated) rather than classic ones.
+    quorum: bool,
 }
 
 impl Topology {
@@ -56,7 +62,14 @@ impl Topology {
             prefix: prefix.to_owned(),
             payment_window_ms,
             expiry_ms: None,
+            quorum: false,
         }
+    }
+
+    /// Declares quorum queues, replicated over a RabbitMQ cluster's nodes, when `on`.
+    pub fn quorum(mut self, on: bool) -> Self {
+        self.quorum = on;
+        self
     }
 
     /// Lets the broker delete the queues once unused for `expiry_ms`.
@@ -165,7 +178,7 @@ impl Topology {
             .queue_declare(
                 self.dead_queue().into(),
                 durable_queue(),
-                self.with_expiry(FieldTable::default()),
+                self.arguments(FieldTable::default()),
             )
             .await?;
         channel
@@ -188,7 +201,7 @@ impl Topology {
         args: FieldTable,
     ) -> anyhow::Result<()> {
         channel
-            .queue_declare(name.into(), durable_queue(), self.with_expiry(args))
+            .queue_declare(name.into(), durable_queue(), self.arguments(args))
             .await
             .with_context(|| format!("declaring queue {name}"))?;
         channel
@@ -203,9 +216,16 @@ impl Topology {
         Ok(())
     }
 
-    fn with_expiry(&self, mut args: FieldTable) -> FieldTable {
+    /// `args` with what every queue of the deployment is declared with: its expiry, its type.
+    fn arguments(&self, mut args: FieldTable) -> FieldTable {
         if let Some(ms) = self.expiry_ms {
             args.insert("x-expires".into(), AMQPValue::LongLongInt(ms as i64));
+        }
+        if self.quorum {
+            args.insert(
+                "x-queue-type".into(),
+                AMQPValue::LongString("quorum".into()),
+            );
         }
         args
     }

@@ -13,7 +13,8 @@ use super::sql::{
 };
 use super::{
     AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord, Persisted,
-    ProductPatch, RevokedSession, Store, StoreResult, UserRecord,
+    ProductPatch, RevokedSession, Store, StoreResult, UserAccount, UserCutoff, UserRecord,
+    UserSearch,
 };
 use crate::domain::{
     Guard, IdempotencyKey, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent,
@@ -287,6 +288,32 @@ impl Store for ServerStore {
         self.tables.user_by_name(username).await
     }
 
+    async fn user(&self, id: UserId) -> StoreResult<Option<UserAccount>> {
+        self.tables.user(id).await
+    }
+
+    async fn search_users(&self, search: &UserSearch<'_>) -> StoreResult<Vec<UserAccount>> {
+        self.tables.search_users(search).await
+    }
+
+    async fn disable_user(&self, cutoff: &UserCutoff) -> StoreResult<Option<(UserAccount, bool)>> {
+        let disabled = retry_conflicts(|| self.tables.disable_user(cutoff)).await?;
+        Ok(self
+            .tables
+            .user(cutoff.user)
+            .await?
+            .map(|user| (user, disabled)))
+    }
+
+    async fn enable_user(&self, id: UserId) -> StoreResult<Option<(UserAccount, bool)>> {
+        let enabled = self.tables.enable_user(id).await?;
+        Ok(self.tables.user(id).await?.map(|user| (user, enabled)))
+    }
+
+    async fn user_cutoffs(&self, after: i64, limit: i64) -> StoreResult<Vec<(i64, UserCutoff)>> {
+        self.tables.user_cutoffs(after, limit).await
+    }
+
     async fn create_event(
         &self,
         title: &str,
@@ -426,8 +453,8 @@ impl Store for ServerStore {
         self.tables.payments_of(order, limit).await
     }
 
-    async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
-        self.tables.refunds_due(limit).await
+    async fn refunds_due(&self, after: OrderId, limit: i64) -> StoreResult<Vec<OrderId>> {
+        self.tables.refunds_due(after, limit).await
     }
 
     async fn mark_refunded(&self, id: OrderId, now: Millis) -> StoreResult<bool> {

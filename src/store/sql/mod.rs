@@ -13,13 +13,13 @@ pub use dialect::Dialect;
 
 use super::{
     AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord,
-    ProductPatch, RevokedSession, StoreResult, UserRecord,
+    ProductPatch, RevokedSession, StoreResult, UserAccount, UserCutoff, UserRecord, UserSearch,
 };
 use crate::domain::{
     Guard, IdempotencyKey, Image, ImageFormat, ImageId, Millis, Money, Order, OrderId, OrderStatus,
     Product, ProductId, SaleEvent, SaleWindow, UserId, Username,
 };
-use rows::{order_columns, product_columns};
+use rows::{account_columns, order_columns, product_columns};
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Executor, Row};
@@ -158,6 +158,14 @@ struct Statements {
     setting: Arc<str>,
     insert_user: Arc<str>,
     user_by_name: Arc<str>,
+    user: Arc<str>,
+    newest_users: Arc<str>,
+    users_named: Arc<str>,
+    disable_user: Arc<str>,
+    enable_user: Arc<str>,
+    insert_cutoff: Arc<str>,
+    user_cutoffs: Arc<str>,
+    forget_user_cutoffs: Arc<str>,
     insert_event: Arc<str>,
     events: Arc<str>,
     event: Arc<str>,
@@ -216,7 +224,38 @@ impl Statements {
                 "users (username, password_hash, created_at) VALUES (?, ?, ?)",
                 "username",
             ))),
-            user_by_name: sql("SELECT id, username, password_hash FROM users WHERE username = ?"),
+            user_by_name: sql(
+                "SELECT id, username, password_hash, disabled_at FROM users WHERE username = ?",
+            ),
+            user: sql(concat!(
+                "SELECT ",
+                account_columns!(),
+                " FROM users WHERE id = ?"
+            )),
+            newest_users: sql(concat!(
+                "SELECT ",
+                account_columns!(),
+                " FROM users ORDER BY id DESC LIMIT ?"
+            )),
+            // `!` escapes `_` in the pattern: a username holds no `!` and no `%`.
+            users_named: sql(concat!(
+                "SELECT ",
+                account_columns!(),
+                " FROM users WHERE username LIKE ? ESCAPE '!' ORDER BY id DESC LIMIT ?"
+            )),
+            // A repeated disable keeps the time of the first, and records no second cut-off.
+            disable_user: sql(
+                "UPDATE users SET disabled_at = ? WHERE id = ? AND disabled_at IS NULL",
+            ),
+            enable_user: sql(
+                "UPDATE users SET disabled_at = NULL WHERE id = ? AND disabled_at IS NOT NULL",
+            ),
+            insert_cutoff: sql(
+                "INSERT INTO user_cutoffs (user_id, cut_at, expires_at) VALUES (?, ?, ?)",
+            ),
+            user_cutoffs: sql("SELECT seq, user_id, cut_at, expires_at FROM user_cutoffs \
+                 WHERE seq > ? ORDER BY seq LIMIT ?"),
+            forget_user_cutoffs: sql("DELETE FROM user_cutoffs WHERE expires_at <= ?"),
             insert_event: sql(&d.insert_with_id(
                 "INSERT INTO sale_events (title, starts_at, ends_at, guard, created_at) \
                  VALUES (?, ?, ?, ?, ?)",
@@ -282,7 +321,7 @@ impl Statements {
             refunds_due: sql("SELECT DISTINCT orders.id FROM payment_records \
                  JOIN orders ON orders.id = payment_records.order_id \
                  WHERE payment_records.paid = 1 AND orders.status = 'cancelled' \
-                 AND orders.refunded_at IS NULL LIMIT ?"),
+                 AND orders.refunded_at IS NULL AND orders.id > ? ORDER BY orders.id LIMIT ?"),
             mark_refunded: sql("UPDATE orders SET refunded_at = ? \
                  WHERE id = ? AND status = 'cancelled' AND refunded_at IS NULL"),
             cancelled_orders: sql(
@@ -442,6 +481,98 @@ impl Tables {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.as_ref().map(rows::user).transpose()?)
+    }
+
+    /// See [`crate::store::Store::user`].
+    pub async fn user(&self, id: UserId) -> StoreResult<Option<UserAccount>> {
+        let row = query(&self.sql.user)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(rows::account).transpose()?)
+    }
+
+    /// See [`crate::store::Store::search_users`].
+    pub async fn search_users(&self, search: &UserSearch<'_>) -> StoreResult<Vec<UserAccount>> {
+        let found = match search.name_prefix {
+            Some(prefix) => query(&self.sql.users_named).bind(format!(
+                "{}%",
+                prefix
+                    .replace('!', "!!")
+                    .replace('_', "!_")
+                    .replace('%', "!%")
+            )),
+            None => query(&self.sql.newest_users),
+        };
+        let rows = found.bind(search.limit).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(rows::account).collect::<Result<_, _>>()?)
+    }
+
+    /// Disables an account and records the cut-off of its tokens, in one transaction; whether
+    /// this call disabled it (false: disabled already, or no such account).
+    pub async fn disable_user(&self, cutoff: &UserCutoff) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        let done = query(&self.sql.disable_user)
+            .bind(cutoff.cut_at)
+            .bind(cutoff.user.0)
+            .execute(&mut *tx)
+            .await?;
+        let disabled = done.rows_affected() == 1;
+        if disabled {
+            query(&self.sql.insert_cutoff)
+                .bind(cutoff.user.0)
+                .bind(cutoff.cut_at)
+                .bind(cutoff.expires_at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(disabled)
+    }
+
+    /// Enables an account; whether this call enabled it.
+    pub async fn enable_user(&self, id: UserId) -> StoreResult<bool> {
+        let done = query(&self.sql.enable_user)
+            .bind(id.0)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// See [`crate::store::Store::user_cutoffs`].
+    pub async fn user_cutoffs(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, UserCutoff)>> {
+        self.rows_after(&self.sql.user_cutoffs, after, limit, |row| {
+            Ok(UserCutoff {
+                user: UserId(row.try_get(1)?),
+                cut_at: row.try_get(2)?,
+                expires_at: row.try_get(3)?,
+            })
+        })
+        .await
+    }
+
+    /// The rows of `sql` past the position `after`, at most `limit`, each with its position
+    /// (column 0), the rest read by `decode`: how every server follows a table that only
+    /// grows, such as the ended sessions and the accounts' cut-offs.
+    async fn rows_after<T>(
+        &self,
+        sql: &Arc<str>,
+        after: i64,
+        limit: i64,
+        decode: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
+    ) -> StoreResult<Vec<(i64, T)>> {
+        let rows = query(sql)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get(0)?, decode(row)?)))
+            .collect()
     }
 
     /// See [`crate::store::Store::create_event`].
@@ -721,31 +852,26 @@ impl Tables {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<(i64, RevokedSession)>> {
-        let rows = query(&self.sql.revoked_sessions)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get(0)?,
-                    RevokedSession {
-                        session_id: row.try_get(1)?,
-                        expires_at: row.try_get(2)?,
-                    },
-                ))
+        self.rows_after(&self.sql.revoked_sessions, after, limit, |row| {
+            Ok(RevokedSession {
+                session_id: row.try_get(1)?,
+                expires_at: row.try_get(2)?,
             })
-            .collect()
+        })
+        .await
     }
 
     /// See [`crate::store::Store::forget_revoked_sessions`].
     pub async fn forget_revoked_sessions(&self, now: Millis) -> StoreResult<u64> {
-        let done = query(&self.sql.forget_revoked_sessions)
-            .bind(now)
-            .execute(&self.writer)
-            .await?;
-        Ok(done.rows_affected())
+        let mut forgotten = 0;
+        for statement in [
+            &self.sql.forget_revoked_sessions,
+            &self.sql.forget_user_cutoffs,
+        ] {
+            let done = query(statement).bind(now).execute(&self.writer).await?;
+            forgotten += done.rows_affected();
+        }
+        Ok(forgotten)
     }
 
     /// See [`crate::store::Store::payments_of`].
@@ -759,8 +885,9 @@ impl Tables {
     }
 
     /// See [`crate::store::Store::refunds_due`].
-    pub async fn refunds_due(&self, limit: i64) -> StoreResult<Vec<OrderId>> {
+    pub async fn refunds_due(&self, after: OrderId, limit: i64) -> StoreResult<Vec<OrderId>> {
         let rows = query(&self.sql.refunds_due)
+            .bind(after.0)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;

@@ -5,7 +5,7 @@ use crate::domain::{
     Guard, IdempotencyKey, Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity,
     SaleEvent, SaleWindow, UserId,
 };
-use crate::store::{KeptPayment, UserRecord};
+use crate::store::{KeptPayment, UserAccount, UserRecord};
 use sqlx::any::AnyRow;
 use sqlx::{Column, Row};
 
@@ -32,7 +32,13 @@ macro_rules! new_order_columns {
          created_at, pay_before, idempotency_key"
     };
 }
-pub(in crate::store) use {new_order_columns, order_columns, product_columns};
+/// The columns [`account`] reads, in its order.
+macro_rules! account_columns {
+    () => {
+        "id, username, created_at, disabled_at"
+    };
+}
+pub(in crate::store) use {account_columns, new_order_columns, order_columns, product_columns};
 
 /// A row of either driver, read by position: sqlx's for every database, SQLite's own for the
 /// SQLite store's reads of orders. One decoder per domain type serves both.
@@ -236,5 +242,17 @@ pub fn user<R: Columns>(row: &R) -> Result<UserRecord, R::Error> {
         id: UserId(c.int("id")?),
         username: c.text("username")?,
         password_hash: c.text("password_hash")?,
+        disabled_at: c.maybe_int("disabled_at")?,
+    })
+}
+
+/// An account as the operator sees it, from [`account_columns`].
+pub fn account<R: Columns>(row: &R) -> Result<UserAccount, R::Error> {
+    let mut c = Cursor::new(row);
+    Ok(UserAccount {
+        id: UserId(c.int("id")?),
+        username: c.text("username")?,
+        created_at: c.int("created_at")?,
+        disabled_at: c.maybe_int("disabled_at")?,
     })
 }

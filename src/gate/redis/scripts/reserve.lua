@@ -4,20 +4,24 @@
 -- call has an idempotency key, KEYS[5] = the product's hash of orders kept by buyer and key
 -- (all under the product's hash tag, so they live on one shard). ARGV = four values per buy:
 -- user id, units, now (Unix ms), the encoded order; five with KEYS[5], the fifth the buy's field
--- in it (`user:key`, or empty for a buy without a key).
+-- in it (`user:key`, or empty for a buy without a key); then, last, the most entries the outbox
+-- may hold.
 -- Returns {code, remaining} per buy, one flat list: 0 taken (and the order appended to the
 -- outbox, in the same step, so it cannot be lost between gate and queue), -1 not loaded, -2 not
 -- started, -3 ended, -4 per-user limit reached, -5 not enough stock, -6 paused by an operator,
--- -7 the idempotency key was used for another quantity; or {1, order} for a retry of a buy this
--- key made: nothing taken, and the order that buy made.
+-- -7 the idempotency key was used for another quantity, -8 the outbox is full (the database or
+-- the worker is behind: nothing taken, try again shortly); or {1, order} for a retry of a buy
+-- this key made: nothing taken, and the order that buy made.
 --
 -- Every redis.call has a fixed cost (its arguments copied, the command looked up, its reply
 -- turned into Lua values), so what the buys need to know is read with one call for the whole
 -- batch and what they change is written with one call; only the outbox takes a call per order,
 -- one stream entry each.
 local per = #KEYS == 5 and 5 or 4
-if #ARGV == 0 or #ARGV % per ~= 0 then
-  return redis.error_reply('reserve: four arguments per buy, five with idempotency keys')
+local bound = tonumber(ARGV[#ARGV])
+if #ARGV == 1 or (#ARGV - 1) % per ~= 0 or not bound then
+  return redis.error_reply(
+    'reserve: four arguments per buy, five with idempotency keys, then the outbox bound')
 end
 -- A call the client sent again (a cluster connection re-sends a script whose reply timed out)
 -- answers as its first run did, instead of taking the stock twice. The answers of a call that
@@ -26,7 +30,7 @@ local replay = redis.call('GET', KEYS[4])
 if replay then
   return cmsgpack.unpack(replay)
 end
-local buys = #ARGV / per
+local buys = (#ARGV - 1) / per
 local answers = {}
 local sale = redis.call('HMGET', KEYS[1], 'remaining', 'start', 'end', 'limit', 'paused')
 if not sale[1] then
@@ -44,6 +48,9 @@ for i = 0, buys - 1 do
   users[i + 1] = ARGV[per * i + 1]
 end
 local stored = redis.call('HMGET', KEYS[2], unpack(users))
+-- Orders sold and not in the database yet (relayed ones stay until stored): per product, so the
+-- count is in this same atomic step.
+local backlog = redis.call('XLEN', KEYS[3])
 -- A key names its order for a day (IdempotencyKey::LIFETIME_MS) from when the order was made.
 local lifetime = 86400000
 -- Only a call with keys looks them up: the kept orders of its buys with a key, each
@@ -109,12 +116,15 @@ for i = 0, buys - 1 do
     -- `<`, not `<=`: the last unit sells.
     elseif remaining < units then
       code = -5
+    elseif backlog >= bound then
+      code = -8
     else
       bought[user] = true
       held[user] = has + units
       remaining = remaining - units
       sold = sold + units
       redis.call('XADD', KEYS[3], '*', 'order', order)
+      backlog = backlog + 1
       if kept and ARGV[at + 5] ~= '' then
         -- Kept in the same step: a later buy of this call with the key replays this one.
         local field = ARGV[at + 5]

@@ -1,0 +1,224 @@
+//! The operator's accounts under `/api/v1/admin/users`, behind the admin token: find accounts
+//! by name, and disable an abusive one or enable it again. Disabling refuses the account's
+//! sign-ins and ends every session it holds, on this server at once and on every other within
+//! a second (`auth::revocation`); enabling lets its owner sign in again, while the tokens it
+//! held before stay refused. Each change is written to the audit log. The changes live here
+//! once, for the console too.
+//!
+//! Accounts are not deleted: orders, payments and kept pay answers name their buyer's id, and
+//! a disabled account keeps them readable while it can do nothing.
+
+use super::admin::{api_actor, record_audit};
+use super::{ErrorBody, Rfc3339};
+use crate::domain::UserId;
+use crate::error::{ApiError, AppJson, AppPath, AppQuery};
+use crate::http::AppState;
+use crate::http::extract::AdminAuth;
+use crate::store::{UserAccount, UserCutoff, UserSearch};
+use axum::Router;
+use axum::extract::State;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// `/api/v1/admin/users...`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/admin/users", get(search_users))
+        .route("/api/v1/admin/users/{id}/disable", post(disable_user))
+        .route("/api/v1/admin/users/{id}/enable", post(enable_user))
+}
+
+/// Accounts one search answers when it names no limit.
+const DEFAULT_LIMIT: i64 = 50;
+
+/// The most accounts one search answers.
+const MAX_LIMIT: i64 = 200;
+
+/// The longest name prefix worth searching for: a username's length.
+const MAX_NAME: usize = 32;
+
+/// An account as the operator sees it.
+#[derive(Serialize, ToSchema)]
+pub(in crate::http) struct AccountView {
+    id: i64,
+    username: String,
+    #[schema(value_type = String, format = DateTime)]
+    created_at: Rfc3339,
+    /// Whether the account is disabled: it cannot sign in, and its sessions were ended.
+    disabled: bool,
+    /// When it was disabled; `null` while it is enabled.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    disabled_at: Option<Rfc3339>,
+}
+
+impl From<UserAccount> for AccountView {
+    fn from(user: UserAccount) -> Self {
+        Self {
+            id: user.id.0,
+            username: user.username,
+            created_at: Rfc3339(user.created_at),
+            disabled: user.disabled_at.is_some(),
+            disabled_at: user.disabled_at.map(Rfc3339),
+        }
+    }
+}
+
+/// The filters of a search; each is optional.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct SearchQuery {
+    /// Only accounts whose name begins with this (names are compared in lower case).
+    name: Option<String>,
+    /// How many accounts at most, 1 to 200 (50 when left out).
+    limit: Option<i64>,
+}
+
+/// The accounts whose names begin with `name` (every account when it is empty), newest first,
+/// at most `limit`.
+pub(in crate::http) async fn find(
+    state: &AppState,
+    name: &str,
+    limit: i64,
+) -> Result<Vec<UserAccount>, ApiError> {
+    let name = name.trim().to_ascii_lowercase();
+    if name.len() > MAX_NAME {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            format!("a username has at most {MAX_NAME} characters"),
+        ));
+    }
+    let search = UserSearch {
+        name_prefix: Some(name.as_str()).filter(|name| !name.is_empty()),
+        limit,
+    };
+    Ok(state.store.search_users(&search).await?)
+}
+
+fn unknown_user() -> ApiError {
+    ApiError::not_found("unknown_user", "no such user")
+}
+
+/// Disables an account, audited as done by `actor`: its sign-ins are refused, and every token
+/// it holds at once here and within a second on every other server. A repeat changes nothing.
+pub(in crate::http) async fn disable(
+    state: &AppState,
+    actor: &str,
+    id: UserId,
+) -> Result<UserAccount, ApiError> {
+    let now = state.sale.now();
+    let cutoff = UserCutoff {
+        user: id,
+        cut_at: now,
+        expires_at: now.saturating_add(state.auth.tokens.ttl_ms()),
+    };
+    let (user, disabled) = state
+        .store
+        .disable_user(&cutoff)
+        .await?
+        .ok_or_else(unknown_user)?;
+    if disabled {
+        state
+            .auth
+            .revoked
+            .cut_off(id, cutoff.cut_at, cutoff.expires_at);
+        let action = format!("disabled user {} \"{}\"", user.id.0, user.username);
+        record_audit(state, actor, action).await;
+    }
+    Ok(user)
+}
+
+/// Enables an account again, audited as done by `actor`; the tokens cut off when it was
+/// disabled stay refused. A repeat changes nothing.
+pub(in crate::http) async fn enable(
+    state: &AppState,
+    actor: &str,
+    id: UserId,
+) -> Result<UserAccount, ApiError> {
+    let (user, enabled) = state
+        .store
+        .enable_user(id)
+        .await?
+        .ok_or_else(unknown_user)?;
+    if enabled {
+        let action = format!("enabled user {} \"{}\"", user.id.0, user.username);
+        record_audit(state, actor, action).await;
+    }
+    Ok(user)
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/admin/users",
+    tag = "admin",
+    summary = "Find accounts by the beginning of their name, newest first",
+    params(SearchQuery),
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The matching accounts, newest first", body = [AccountView]),
+        (status = 422, description = "`invalid_query`: a parameter is unknown or malformed; `invalid_limit`: the limit is not 1 to 200; `invalid_name`: the name is longer than a username", body = ErrorBody),
+    )
+)]
+async fn search_users(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppQuery(query): AppQuery<SearchQuery>,
+) -> Result<AppJson<Vec<AccountView>>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(
+            "invalid_limit",
+            format!("limit must be 1 to {MAX_LIMIT}"),
+        ));
+    }
+    let found = find(&state, query.name.as_deref().unwrap_or(""), limit).await?;
+    Ok(AppJson(found.into_iter().map(AccountView::from).collect()))
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/users/{id}/disable",
+    tag = "admin",
+    summary = "Disable an account: its sign-ins are refused and every session it holds ends",
+    description = "The account's tokens stop working on this server at once and on every other \
+        within a second; signing in answers `403 user_disabled`. Disabling a disabled account \
+        changes nothing.",
+    params(("id" = i64, Path, description = "The account's id")),
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The account, disabled", body = AccountView),
+        (status = 404, description = "`unknown_user`: no such account; `not_found`: the id is not a number", body = ErrorBody),
+    )
+)]
+async fn disable_user(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<AccountView>, ApiError> {
+    let user = disable(&state, &api_actor(&state), UserId(id)).await?;
+    Ok(AppJson(user.into()))
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/admin/users/{id}/enable",
+    tag = "admin",
+    summary = "Enable a disabled account: its owner may sign in again",
+    description = "The tokens the account held when it was disabled stay refused: its owner \
+        signs in again. Enabling an enabled account changes nothing.",
+    params(("id" = i64, Path, description = "The account's id")),
+    security(("admin_bearer" = [])),
+    responses(
+        (status = 200, description = "The account, enabled", body = AccountView),
+        (status = 404, description = "`unknown_user`: no such account; `not_found`: the id is not a number", body = ErrorBody),
+    )
+)]
+async fn enable_user(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    AppPath(id): AppPath<i64>,
+) -> Result<AppJson<AccountView>, ApiError> {
+    let user = enable(&state, &api_actor(&state), UserId(id)).await?;
+    Ok(AppJson(user.into()))
+}
