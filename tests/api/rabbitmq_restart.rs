@@ -175,28 +175,37 @@ async fn rabbitmq_killed_and_restarted_mid_sale_loses_and_duplicates_no_order() 
     assert_stored_exactly(&sale.observer, sale.product, stock, &accepted).await;
 
     // Each stored order's payment deadline waits in the delay queue (some twice: an order
-    // stored again after a redelivery starts its clock again; the cancel happens once).
+    // stored again after a redelivery starts its clock again; the cancel happens once). A
+    // worker publishes a batch's deadlines just after storing it, so the last batch's may
+    // still be on their way.
     let connection =
         lapin::Connection::connect(&rabbit.url(), lapin::ConnectionProperties::default())
             .await
             .unwrap();
     let channel = connection.create_channel().await.unwrap();
-    let waiting = channel
-        .queue_declare(
-            format!("{names}deadline.wait.900000ms").into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            lapin::types::FieldTable::default(),
-        )
-        .await
-        .unwrap()
-        .message_count();
-    assert!(
-        waiting as usize >= accepted.len(),
-        "{waiting} payment deadlines waiting for {} stored orders",
-        accepted.len()
-    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = channel
+            .queue_declare(
+                format!("{names}deadline.wait.900000ms").into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count() as usize;
+        if waiting >= accepted.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} payment deadlines waiting for {} stored orders",
+            accepted.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     sale.assert_alive();
 }
