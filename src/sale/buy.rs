@@ -4,7 +4,7 @@
 //! takes the same path, with what a retry needs on the way (see `idempotency.rs`).
 
 use super::catalog::Entry;
-use super::{PersistError, SaleService};
+use super::{PersistError, RebuildWaits, SaleService};
 use crate::domain::{
     IdempotencyKey, Millis, Order, OrderId, OrderStatus, ProductId, Quantity, UserId,
 };
@@ -155,9 +155,10 @@ impl SaleService {
     /// The gate's atomic step, mapped to buy errors. A product whose sale is due but which
     /// the gate does not know was lost by the gate (Redis restarted without its data), or not
     /// preheated yet by the scheduler: it is loaded from the database, the source of truth
-    /// (unless another process was first), and the buy tried once more. A product the gate
-    /// lost stays closed (the buy is unavailable) until the orders that were on their way to
-    /// the database are accounted for (see `accepted.rs`).
+    /// (unless another process was first; the buys that find it missing together share one
+    /// load), and the buy tried once more. A product the gate lost stays closed (the buy is
+    /// unavailable) until the orders that were on their way to the database are accounted for
+    /// (see `accepted.rs`).
     async fn reserve(
         &self,
         order: &Order,
@@ -168,16 +169,18 @@ impl SaleService {
         if matches!(result, Err(GateError::Rejected(Rejection::NotLoaded)))
             && Self::is_due(&entry.window, now, self.settings.preheat_ms)
         {
-            tracing::warn!(
-                product = order.product_id.0,
-                "the gate does not hold a product on sale: loading it"
-            );
-            self.catalog.mark_lost(order.product_id);
-            self.preheat_due().await.map_err(BuyError::Unavailable)?;
+            self.preheat_after_miss(order.product_id)
+                .await
+                .map_err(BuyError::Unavailable)?;
             result = self.gate.reserve(order, now).await;
         }
         match result {
             Ok(reserved) => Ok(reserved),
+            Err(GateError::Rejected(Rejection::NotLoaded))
+                if self.catalog.is_lost(order.product_id) =>
+            {
+                Err(BuyError::Unavailable(RebuildWaits.into()))
+            }
             Err(GateError::Rejected(Rejection::NotLoaded)) => {
                 let too_late = now >= entry.window.end;
                 Err(if too_late {

@@ -103,7 +103,7 @@ impl SaleService {
     /// Rebuilds a product's gate entry from the database and the outbox, the same way a gate
     /// that lost its data is rebuilt.
     pub async fn rebuild_gate(&self, id: ProductId) -> anyhow::Result<()> {
-        let _serialized = self.preheat_lock.lock().await;
+        let _turn = self.preheats.turn().await;
         self.gate.forget(id).await?;
         self.catalog.mark_unloaded(id);
         self.preheat(id).await
