@@ -138,6 +138,9 @@ pub struct Product {
     /// When an operator paused buying, which stays refused until they resume it; `None` while
     /// buying follows the window alone.
     pub paused_at: Option<Millis>,
+    /// When the product was first loaded into the stock gate: a gate found without it since
+    /// has lost it.
+    pub gate_loaded_at: Option<Millis>,
     /// Its event's guard, read with the product (`None` without an event).
     pub guard: Guard,
     pub created_at: Millis,

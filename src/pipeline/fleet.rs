@@ -21,21 +21,21 @@ use anyhow::Context;
 use async_trait::async_trait;
 use redis::Script;
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 /// How long a server's shared counts count without being shared again: a few of its
 /// once-a-second shares.
 const STALE_AFTER: Duration = Duration::from_secs(3);
 
-/// How long the accepted units' hash must have been collected before it is taken as complete
-/// by a process that did not see it made: every live server shares once a second, so after this
-/// each has shared at least twice since Redis last lost the hash.
+/// How long the accepted units' hash must have been collected before it is taken as complete:
+/// every live server shares once a second, so after this each has shared at least twice since
+/// Redis last lost the hash. No server can tell a hash made at the cluster's start from one made
+/// again after Redis lost it, so each waits as long.
 const COLLECTED_FOR: Duration = Duration::from_millis(2_500);
 
 /// Stamps and stores one server's buy counts and accepted units. KEYS[1] = the buy counts'
 /// hash, KEYS[2] = the accepted units' hash. ARGV = node id, buy counts, accepted units, how
-/// long the hashes live unrenewed (ms). Returns when the accepted units' hash was made.
+/// long the hashes live unrenewed (ms).
 static SHARE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -46,12 +46,11 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('HSETNX', KEYS[2], 'born', now)
 redis.call('HSET', KEYS[2], ARGV[1], now .. '|' .. ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
-return tonumber(redis.call('HGET', KEYS[2], 'born'))
 ",
     )
 });
 
-/// When the accepted units' hash was made, how long ago (ms), and the live servers' shares,
+/// How long ago (ms) the accepted units' hash was made, and the live servers' shares,
 /// `node|STAMP|SINCE|units`, each shared within ARGV[1] ms; older fields are deleted.
 /// KEYS[1] = the hash.
 static ACCEPTED: LazyLock<Script> = LazyLock::new(|| {
@@ -74,7 +73,7 @@ for i = 1, #fields, 2 do
     end
   end
 end
-return {born, now - born, live}
+return {now - born, live}
 ",
     )
 });
@@ -110,9 +109,6 @@ pub struct ClusterFleet {
     accepted_key: String,
     /// This server's field in it.
     node: String,
-    /// When the accepted units' hash was made, as this server's first share found it (0
-    /// before): while the hash is that one, Redis has not lost it since this server started.
-    first_born: AtomicI64,
     /// RabbitMQ's queues, when the deployment relays through it.
     queues: Option<QueueDepths>,
 }
@@ -125,7 +121,6 @@ impl ClusterFleet {
             key: format!("{prefix}{{fleet}}:buys"),
             accepted_key: format!("{prefix}{{fleet}}:accepted"),
             node: node_id.to_string(),
-            first_born: AtomicI64::new(0),
             queues,
         }
     }
@@ -134,7 +129,7 @@ impl ClusterFleet {
 #[async_trait]
 impl Fleet for ClusterFleet {
     async fn share_buys(&self, counts: &BuyCounts, accepted: &Accepted) -> anyhow::Result<()> {
-        let born: i64 = SHARE
+        let (): () = SHARE
             .key(&self.key)
             .key(&self.accepted_key)
             .arg(&self.node)
@@ -144,9 +139,6 @@ impl Fleet for ClusterFleet {
             .invoke_async(&mut self.redis.clone())
             .await
             .context("sharing this server's buy counts")?;
-        let _ = self
-            .first_born
-            .compare_exchange(0, born, Ordering::SeqCst, Ordering::SeqCst);
         Ok(())
     }
 
@@ -162,7 +154,7 @@ impl Fleet for ClusterFleet {
     }
 
     async fn accepted(&self) -> anyhow::Result<AcceptedShares> {
-        let (born, age, shared): (i64, i64, Vec<String>) = ACCEPTED
+        let (age, shared): (i64, Vec<String>) = ACCEPTED
             .key(&self.accepted_key)
             .arg(STALE_AFTER.as_millis() as u64)
             .invoke_async(&mut self.redis.clone())
@@ -173,8 +165,7 @@ impl Fleet for ClusterFleet {
                 .iter()
                 .filter_map(|value| decode_accepted(value))
                 .collect(),
-            complete: born == self.first_born.load(Ordering::SeqCst)
-                || Duration::from_millis(age.max(0) as u64) >= COLLECTED_FOR,
+            complete: Duration::from_millis(age.max(0) as u64) >= COLLECTED_FOR,
         })
     }
 
@@ -298,7 +289,20 @@ mod tests {
             .await
             .unwrap();
         let read = me.accepted().await.unwrap();
-        assert!(read.complete, "the hash this server saw made is complete");
+        assert!(
+            !read.complete,
+            "a hash just made may miss a live server's share"
+        );
+        // Collected for long enough, it is complete.
+        let _: () = redis::cmd("HSET")
+            .arg(&me.accepted_key)
+            .arg("born")
+            .arg(0)
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        let read = me.accepted().await.unwrap();
+        assert!(read.complete, "a hash collected for long is complete");
         let mut shares = read.servers;
         shares.sort_by_key(|share| share.node);
         assert_eq!(shares, [accepted(1, 5), accepted(2, 7)]);

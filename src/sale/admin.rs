@@ -1,7 +1,7 @@
 //! The operator's changes: sale events, products, stock. Each change reaches the database first
 //! and then this process's catalog and gate, so the gate never knows more than the database.
 
-use super::{SaleService, unless_not_loaded};
+use super::{SaleService, unless_not_loaded, unless_rebuild_waits};
 use crate::domain::{Guard, Money, Product, ProductId, SaleEvent, SaleWindow};
 use crate::store::{NewProduct, ProductPatch, StoreError};
 use std::sync::Arc;
@@ -125,7 +125,7 @@ impl SaleService {
             )
             .await?;
         self.catalog.put(&product);
-        self.preheat_due().await?;
+        unless_rebuild_waits(self.preheat_due().await)?;
         Ok(product)
     }
 
@@ -150,7 +150,7 @@ impl SaleService {
             .await?
             .ok_or(AdminError::UnknownProduct)?;
         self.reconfigure(&product).await?;
-        self.preheat_due().await?;
+        unless_rebuild_waits(self.preheat_due().await)?;
         Ok(product)
     }
 

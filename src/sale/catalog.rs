@@ -20,8 +20,8 @@ pub(super) struct Entry {
     pub guard: Guard,
     /// In the gate (preheated).
     pub loaded: AtomicBool,
-    /// Was in the gate, and the gate lost it (Redis lost its data): the next load must account
-    /// for the orders that were on their way to the database.
+    /// Was in the gate, and the gate lost it (Redis lost its data): closed until it is rebuilt,
+    /// which waits for the servers' counts of what they accepted (see `accepted.rs`).
     pub lost: AtomicBool,
     /// The gate said "sold out": answer locally until stock comes back.
     pub sold_out: AtomicBool,
@@ -140,23 +140,22 @@ impl Catalog {
         }
     }
 
-    /// Forgets that a product is in the gate because the gate lost it; a product this process
-    /// had loaded is marked lost (see [`Entry::lost`]).
+    /// Marks a product the gate lost (see [`Entry::lost`]) until it is loaded again.
     pub fn mark_lost(&self, id: ProductId) {
-        if let Some(entry) = self.get(id)
-            && entry.loaded.swap(false, Ordering::SeqCst)
-        {
+        if let Some(entry) = self.get(id) {
+            entry.loaded.store(false, Ordering::SeqCst);
             entry.lost.store(true, Ordering::SeqCst);
         }
     }
 
-    /// Whether the gate lost the product since this process loaded it.
+    /// Whether the gate lost the product and it is not loaded again yet.
     pub fn is_lost(&self, id: ProductId) -> bool {
         self.get(id)
             .is_some_and(|entry| entry.lost.load(Ordering::SeqCst))
     }
 
-    /// Forgets that a product is in the gate (the gate lost it), so the next preheat loads it.
+    /// Forgets that a product is in the gate (the gate may have lost it), so the next preheat
+    /// loads it.
     pub fn mark_unloaded(&self, id: ProductId) {
         if let Some(entry) = self.get(id) {
             entry.loaded.store(false, Ordering::SeqCst);

@@ -123,7 +123,7 @@ impl SaleService {
             accepted: accepted::AcceptedUnits::default(),
         });
         service.refresh_catalog().await?;
-        service.preheat_due().await?;
+        unless_rebuild_waits(service.preheat_due().await)?;
         Ok(service)
     }
 
@@ -186,6 +186,15 @@ impl SaleService {
             Ok(Some(units)) => units,
             _ => product.stock,
         }
+    }
+}
+
+/// A preheat's outcome, where a product whose rebuild waits is no failure: it stays closed, and
+/// a buy or the ticker's next second loads it.
+fn unless_rebuild_waits(preheated: anyhow::Result<()>) -> anyhow::Result<()> {
+    match preheated {
+        Err(e) if e.is::<RebuildWaits>() => Ok(()),
+        outcome => outcome,
     }
 }
 

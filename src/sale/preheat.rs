@@ -61,6 +61,15 @@ impl SaleService {
     /// the orders still in the outbox. The order of the reads matters: every race it leaves
     /// open can only make the gate sell less, never more.
     pub(super) async fn preheat(&self, id: ProductId) -> anyhow::Result<()> {
+        // 0. Lost: loaded into the gate once (by any server, the mark written before the load),
+        //    and not there now. A server started after Redis lost its data knows it too.
+        let Some(marked) = self.store.product(id).await? else {
+            return Ok(());
+        };
+        let lost = marked.gate_loaded_at.is_some() && self.gate.remaining(id).await?.is_none();
+        if lost {
+            self.catalog.mark_lost(id);
+        }
         // 1. Sold by the gate, maybe not stored yet. Nothing is added while the product is not
         //    in the gate; entries only leave, once stored.
         let outbox = self.gate.outbox(id).await?;
@@ -70,7 +79,7 @@ impl SaleService {
         // 3. After the gate lost the product, the units the live servers accepted that are
         //    neither stored nor in the outbox: on their way through a queue, or lost with
         //    Redis. Read before the stock: one stored in between is subtracted twice.
-        let unaccounted = if self.catalog.is_lost(id) {
+        let unaccounted = if lost {
             let unstored: Vec<Order> = outbox
                 .iter()
                 .filter(|order| !stored.contains(&order.id))
@@ -115,6 +124,9 @@ impl SaleService {
             }
         }
         let remaining = remaining.max(0);
+        if marked.gate_loaded_at.is_none() {
+            self.store.mark_gate_loaded(id, self.now()).await?;
+        }
         let loaded_now = self
             .gate
             .load(GateProduct {
@@ -180,7 +192,7 @@ impl SaleService {
             product = id.0,
             "the gate does not hold a product on sale: loading it"
         );
-        self.catalog.mark_lost(id);
+        self.catalog.mark_unloaded(id);
         self.preheat_due_in_turn().await
     }
 

@@ -299,6 +299,10 @@ pub trait Store: Send + Sync + 'static {
         paused: bool,
         now: Millis,
     ) -> StoreResult<Option<Product>>;
+    /// Records that a product is being loaded into the stock gate for the first time (a later
+    /// call keeps the first time); done before the load, so a gate without a product marked so
+    /// has lost it.
+    async fn mark_gate_loaded(&self, id: ProductId, now: Millis) -> StoreResult<()>;
     /// Ends a product's sale at `now` unless it has ended already: its window ends at `now`, and
     /// a start not reached yet moves to just before `now`. `None` when there is no such product.
     async fn end_product(&self, id: ProductId, now: Millis) -> StoreResult<Option<Product>>;

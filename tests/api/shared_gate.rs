@@ -2,7 +2,7 @@
 //! server processes share it, and a Redis that lost its data is rebuilt from the database.
 
 use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, code};
+use crate::helpers::{TestApp, code, once_the_gate_reopens};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::config::Config;
@@ -144,6 +144,39 @@ async fn delete_keys(pattern: &str) {
 }
 
 #[tokio::test]
+async fn a_server_started_after_redis_lost_its_data_sells_none_of_what_a_live_server_accepted() {
+    let db = Arc::new(TestDatabase::fresh().await);
+    let prefix = fresh_prefix();
+    // Without a worker, the orders the first server accepts stay in the outbox and are lost
+    // with it; only the first server's count of them is left.
+    let first = server_on_with(&db, &prefix, false, None, |_| {}).await;
+    let product = first.live_product(10, 1).await;
+    let tokens = first.users(14).await;
+    for token in &tokens[..4] {
+        assert_eq!(first.buy(token, product, 1).await.0, StatusCode::ACCEPTED);
+    }
+    delete_keys(&format!("{prefix}*")).await;
+
+    let second = server_on_with(&db, &prefix, false, None, |_| {}).await;
+    let mut answers = Vec::new();
+    for token in &tokens[4..] {
+        let (status, body) = once_the_gate_reopens(|| second.buy(token, product, 1)).await;
+        answers.push((status, code(&body).to_owned()));
+    }
+    let accepted = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::ACCEPTED)
+        .count();
+    assert_eq!(accepted, 6, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|(status, code)| *status == StatusCode::ACCEPTED || code == "sold_out"),
+        "{answers:?}"
+    );
+}
+
+#[tokio::test]
 async fn buyers_who_find_a_product_lost_by_redis_together_wait_for_one_rebuild() {
     let db = Arc::new(TestDatabase::fresh().await);
     let prefix = fresh_prefix();
@@ -151,9 +184,9 @@ async fn buyers_who_find_a_product_lost_by_redis_together_wait_for_one_rebuild()
     let product = app.live_product(1_000, 1).await;
     let tokens = app.users(400).await;
     app.buy_each(&tokens[..1], product).await;
-    // The server shares its accepted units once a second; once it has, a rebuild need not
-    // wait for them.
-    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    // The server shares its accepted units once a second, and the shares count as complete
+    // once collected for 2.5 s: after that, a rebuild need not wait for them.
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
 
     // Redis loses the product's keys, and a crowd finds it missing at once.
     delete_keys(&format!("{prefix}{{p:{product}}}*")).await;

@@ -378,6 +378,10 @@ impl Store for ServerStore {
         self.tables.product(id).await
     }
 
+    async fn mark_gate_loaded(&self, id: ProductId, now: Millis) -> StoreResult<()> {
+        self.tables.mark_gate_loaded(id, now).await
+    }
+
     async fn end_product(&self, id: ProductId, now: Millis) -> StoreResult<Option<Product>> {
         self.tables.end_product(id, now).await?;
         self.tables.product(id).await

@@ -175,6 +175,7 @@ struct Statements {
     add_stock: Arc<str>,
     pause_product: Arc<str>,
     resume_product: Arc<str>,
+    mark_gate_loaded: Arc<str>,
     end_product: Arc<str>,
     end_event: Arc<str>,
     end_products_of_event: Arc<str>,
@@ -287,6 +288,8 @@ impl Statements {
                  updated_at = ? WHERE id = ?"),
             resume_product: sql("UPDATE products SET paused_at = NULL, updated_at = ? \
                  WHERE id = ?"),
+            mark_gate_loaded: sql("UPDATE products SET gate_loaded_at = ? \
+                 WHERE id = ? AND gate_loaded_at IS NULL"),
             end_product: end_product("id"),
             end_event: sql(&format!(
                 "UPDATE sale_events SET {} WHERE id = ? AND ends_at > ?",
@@ -683,6 +686,17 @@ impl Tables {
             query(&self.sql.resume_product)
         };
         change.bind(now).bind(id.0).execute(&self.writer).await?;
+        Ok(())
+    }
+
+    /// Records a product's first load into the gate (see
+    /// [`crate::store::Store::mark_gate_loaded`]).
+    pub async fn mark_gate_loaded(&self, id: ProductId, now: Millis) -> StoreResult<()> {
+        query(&self.sql.mark_gate_loaded)
+            .bind(now)
+            .bind(id.0)
+            .execute(&self.writer)
+            .await?;
         Ok(())
     }
 

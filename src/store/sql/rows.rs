@@ -13,7 +13,8 @@ use sqlx::{Column, Row};
 macro_rules! product_columns {
     () => {
         "id, event_id, name, image_url, original_price_cents, sale_price_cents, stock_total, \
-         stock, per_user_limit, sale_starts_at, sale_ends_at, paused_at, created_at, updated_at, \
+         stock, per_user_limit, sale_starts_at, sale_ends_at, paused_at, gate_loaded_at, created_at, \
+         updated_at, \
          COALESCE((SELECT sale_events.guard FROM sale_events \
          WHERE sale_events.id = products.event_id), 'none') AS guard"
     };
@@ -162,6 +163,7 @@ pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
         per_user_limit: c.quantity("per_user_limit")?.get(),
         window: c.window("sale_starts_at", "sale_ends_at")?,
         paused_at: c.maybe_int("paused_at")?,
+        gate_loaded_at: c.maybe_int("gate_loaded_at")?,
         created_at: c.int("created_at")?,
         updated_at: c.int("updated_at")?,
         guard: c.guard("guard")?,

@@ -282,6 +282,11 @@ impl Store for SqliteStore {
         self.tables.product(id).await
     }
 
+    async fn mark_gate_loaded(&self, id: ProductId, now: Millis) -> StoreResult<()> {
+        self.tables.mark_gate_loaded(id, now).await?;
+        self.durable().await
+    }
+
     async fn end_product(&self, id: ProductId, now: Millis) -> StoreResult<Option<Product>> {
         self.tables.end_product(id, now).await?;
         self.durable().await?;
