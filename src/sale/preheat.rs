@@ -57,19 +57,29 @@ impl SaleService {
         waiting.map_or(Ok(()), Err)
     }
 
-    /// Loads a product into the gate (unless another process was first) from the database and
-    /// the orders still in the outbox. The order of the reads matters: every race it leaves
-    /// open can only make the gate sell less, never more.
-    pub(super) async fn preheat(&self, id: ProductId) -> anyhow::Result<()> {
-        // 0. Lost: loaded into the gate once (by any server, the mark written before the load),
-        //    and not there now. A server started after Redis lost its data knows it too.
+    /// Loads a product into the gate (unless another process was first), as lost when it was
+    /// loaded once (by any server: the mark is written before the load) and is not there now,
+    /// so a server started after Redis lost its data knows the product was lost too.
+    async fn preheat(&self, id: ProductId) -> anyhow::Result<()> {
         let Some(marked) = self.store.product(id).await? else {
             return Ok(());
         };
-        let lost = marked.gate_loaded_at.is_some() && self.gate.remaining(id).await?.is_none();
+        if marked.gate_loaded_at.is_none() {
+            self.store.mark_gate_loaded(id, self.now()).await?;
+            return self.load(id, false).await;
+        }
+        let lost = self.gate.remaining(id).await?.is_none();
         if lost {
             self.catalog.mark_lost(id);
         }
+        self.load(id, lost).await
+    }
+
+    /// Loads a product into the gate (unless another process was first) from the database and
+    /// the orders still in the outbox, less, when the gate `lost` it, the units the live
+    /// servers accepted that neither holds. The order of the reads matters: every race it
+    /// leaves open can only make the gate sell less, never more.
+    pub(super) async fn load(&self, id: ProductId, lost: bool) -> anyhow::Result<()> {
         // 1. Sold by the gate, maybe not stored yet. Nothing is added while the product is not
         //    in the gate; entries only leave, once stored.
         let outbox = self.gate.outbox(id).await?;
@@ -124,9 +134,6 @@ impl SaleService {
             }
         }
         let remaining = remaining.max(0);
-        if marked.gate_loaded_at.is_none() {
-            self.store.mark_gate_loaded(id, self.now()).await?;
-        }
         let loaded_now = self
             .gate
             .load(GateProduct {

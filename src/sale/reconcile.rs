@@ -100,12 +100,12 @@ impl SaleService {
         })
     }
 
-    /// Rebuilds a product's gate entry from the database and the outbox, the same way a gate
-    /// that lost its data is rebuilt.
+    /// Rebuilds a product's gate entry from the database and the outbox, as a preheat loads it
+    /// (for a product with no units unaccounted for: `--repair` leaves the others alone).
     pub async fn rebuild_gate(&self, id: ProductId) -> anyhow::Result<()> {
         let _turn = self.preheats.turn().await;
         self.gate.forget(id).await?;
         self.catalog.mark_unloaded(id);
-        self.preheat(id).await
+        self.load(id, false).await
     }
 }
