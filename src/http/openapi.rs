@@ -113,8 +113,8 @@ pub fn document() -> Value {
 
 /// The errors an operation can get before its handler runs, written once here for every
 /// operation they apply to instead of on each handler: the panic guard's `500 internal`, the
-/// sign-in extractors' `401 unauthorized`, `AppJson`'s rejections of a required JSON body and
-/// `AppPath`'s `404 not_found`. Each code joins the operation's answer for its status, or
+/// sign-in extractors' `401 unauthorized`, the operator routes' `429 rate_limited`, `AppJson`'s
+/// rejections of a required JSON body and `AppPath`'s `404 not_found`. Each code joins the operation's answer for its status, or
 /// makes that answer.
 fn add_extractor_errors(doc: &mut Value) {
     let Some(paths) = doc["paths"].as_object_mut() else {
@@ -132,6 +132,11 @@ fn add_extractor_errors(doc: &mut Value) {
             let security = op["security"].to_string();
             if security.contains("admin_bearer") {
                 errors.push(("401", "`unauthorized`: no valid admin token"));
+                errors.push((
+                    "429",
+                    "`rate_limited`: too many operator requests from this address (counted \
+                     before the token is checked); retry after the `Retry-After` seconds",
+                ));
             } else if security.contains("session_bearer") {
                 errors.push(("401", "`unauthorized`: no valid session token"));
             }
@@ -420,10 +425,11 @@ mod tests {
         assert!(invalid.contains("`invalid_body`") && invalid.contains("`invalid_quantity`"));
         let stock = |status| answer("/api/v1/admin/products/{id}/stock", "post", status);
         assert!(stock("401").contains("no valid admin token"));
+        assert!(stock("429").contains("`rate_limited`"));
         assert!(stock("404").contains("`not_found`") && stock("404").contains("`unknown_product`"));
         // Open to everybody and without a body: neither 401 nor the body's errors.
         let events = &doc["paths"]["/api/v1/events"]["get"]["responses"];
-        for status in ["400", "401", "404", "413", "415", "422"] {
+        for status in ["400", "401", "404", "413", "415", "422", "429"] {
             assert!(events.get(status).is_none(), "{status}");
         }
         // The pay body is optional and read without `AppJson`: no 415, but a limit all the same.
