@@ -203,6 +203,7 @@ mod tests {
             requests_per_sec: 3.0,
             latency_ms: BTreeMap::new(),
             outcomes: BTreeMap::new(),
+            cpu_us_per_request: BTreeMap::new(),
             checks: Vec::new(),
             passed: true,
         };

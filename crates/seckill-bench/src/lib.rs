@@ -9,6 +9,7 @@
 
 mod chart;
 mod conn;
+mod cpu;
 mod guard;
 mod ledger;
 mod load;
@@ -66,6 +67,10 @@ pub struct Args {
     /// server's `guard.token_ttl_secs`, or late buys carry expired tokens.
     #[arg(long, value_enum, default_value_t = Guard::None)]
     guard: Guard,
+    /// A process on this machine (the server, Redis) whose CPU time during the crowd is
+    /// reported per request, read from `/proc`; may be given more than once.
+    #[arg(long = "cpu-of", value_name = "PID")]
+    cpu_of: Vec<u32>,
 }
 
 /// What the crowd does.
@@ -183,7 +188,9 @@ where
         requests: args.requests,
         sale: sale.clone(),
     };
+    let watch = cpu::Watch::start(&args.cpu_of)?;
     let outcome = load::drive(target, plan).await?;
+    let cpu = watch.per_request(outcome.requests())?;
     let checks = match (&ledger, &sale, args.no_verify) {
         (Some(ledger), Some(sale), false) => verify::check_sale(ledger, sale, &outcome).await?,
         _ if args.scenario == Scenario::Hold => {
@@ -191,7 +198,7 @@ where
         }
         _ => Vec::new(),
     };
-    let report = report::Report::new(&args, &base, sale.as_ref(), &outcome, checks);
+    let report = report::Report::new(&args, &base, sale.as_ref(), &outcome, checks, cpu);
     report.print();
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;

@@ -50,6 +50,9 @@ pub struct Report {
     pub requests_per_sec: f64,
     pub latency_ms: BTreeMap<&'static str, Latency>,
     pub outcomes: BTreeMap<String, u64>,
+    /// CPU microseconds per request of each process watched (`--cpu-of`), by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cpu_us_per_request: BTreeMap<String, f64>,
     pub checks: Vec<Check>,
     /// Every check held (true when none ran).
     pub passed: bool,
@@ -63,6 +66,7 @@ impl Report {
         sale: Option<&Sale>,
         outcome: &Outcome,
         checks: Vec<Check>,
+        cpu_us_per_request: BTreeMap<String, f64>,
     ) -> Self {
         let seconds = outcome.elapsed.as_secs_f64();
         let requests = outcome.requests();
@@ -82,6 +86,7 @@ impl Report {
                 .map(|(kind, h)| (*kind, Latency::from(h)))
                 .collect(),
             outcomes: outcome.answers.clone(),
+            cpu_us_per_request,
             passed: checks.iter().all(|c| c.passed),
             checks,
         }
@@ -115,6 +120,12 @@ impl Report {
         println!("\n{:<32} {:>9}", "outcome", "count");
         for (outcome, n) in &self.outcomes {
             println!("{outcome:<32} {n:>9}");
+        }
+        if !self.cpu_us_per_request.is_empty() {
+            println!("\n{:<32} {:>9}", "CPU per request", "µs");
+            for (process, micros) in &self.cpu_us_per_request {
+                println!("{process:<32} {micros:>9.1}");
+            }
         }
         if !self.checks.is_empty() {
             println!();
