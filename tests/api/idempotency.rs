@@ -5,7 +5,7 @@
 
 use crate::backend::TestDatabase;
 use crate::helpers::{TestApp, code, once_the_gate_reopens, status_and_json};
-use crate::shared_gate::{fresh_prefix, redis_url, server_on_with};
+use crate::shared_gate::{delete_keys, fresh_prefix, redis_url, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::domain::{IdempotencyKey, Money, Order, OrderId, OrderStatus, ProductId, Quantity};
@@ -425,19 +425,7 @@ async fn a_redis_that_lost_its_data_still_answers_a_retry_from_the_database() {
     first.settle().await;
 
     // Redis restarts empty: every key of these servers is gone, claims included.
-    let mut redis = seckill::redis_link::connect(&redis_url()).await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    for key in keys {
-        let _: () = redis::cmd("DEL")
-            .arg(key)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-    }
+    delete_keys(&format!("{prefix}*")).await;
 
     let retry = once_the_gate_reopens(|| buy(&second, token, product, 1, "before-the-loss")).await;
     assert_eq!(accepted(&retry), id);

@@ -126,7 +126,7 @@ async fn a_redis_that_lost_its_data_is_rebuilt_from_the_database_without_oversel
 
 /// Deletes the local Redis's keys that match `pattern`, as a Redis that lost them; fails the
 /// test when none does.
-async fn delete_keys(pattern: &str) {
+pub(crate) async fn delete_keys(pattern: &str) {
     let mut redis = seckill::redis_link::connect(&redis_url()).await.unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(pattern)
