@@ -435,7 +435,7 @@ impl From<crate::sale::AdminError> for ApiError {
     fn from(e: crate::sale::AdminError) -> Self {
         use crate::sale::AdminError;
         match e {
-            AdminError::Invalid { code, message } => Self::invalid(code, message),
+            AdminError::Invalid(refusal) => refusal.into(),
             AdminError::UnknownProduct => Self::unknown_product(),
             AdminError::UnknownEvent => Self::not_found("unknown_event", "no such sale event"),
             AdminError::UnknownUser => Self::not_found("unknown_user", "no such user"),

@@ -7,7 +7,7 @@ use super::{SaleService, unless_not_loaded, unless_rebuild_waits};
 use crate::clock::local_time_of_day;
 use crate::domain::{
     AddedStock, EventTitle, Guard, Image, ImageUrl, Money, Operator, PerUserLimit, Product,
-    ProductId, ProductName, SaleEvent, SaleWindow, Stock,
+    ProductId, ProductName, Refusal, SaleEvent, SaleWindow, Stock,
 };
 use crate::store::{NewProduct, ProductPatch, StoreError};
 use std::sync::Arc;
@@ -15,48 +15,61 @@ use std::sync::Arc;
 /// Why an operator's change was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("{message}")]
-    Invalid {
-        code: &'static str,
-        message: &'static str,
-    },
+    /// A rule between values, each valid alone, said no (a sale price above the original, a
+    /// product's sale outside its event's): the same shape as a refused value.
+    #[error(transparent)]
+    Invalid(#[from] Refusal),
+    /// The product named does not exist.
     #[error("no such product")]
     UnknownProduct,
+    /// The sale event named does not exist.
     #[error("no such sale event")]
     UnknownEvent,
+    /// The account named does not exist.
     #[error("no such user")]
     UnknownUser,
+    /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The gate or a preheat failed.
     #[error(transparent)]
     Backend(#[from] anyhow::Error),
 }
 
-/// A sale event to create.
+/// A sale event to create, from an operator's parsed input.
 #[derive(Debug, Clone)]
 pub struct NewEventInput {
     /// Without one, the event is named after its start's time of day (e.g. `10:00`).
     pub title: Option<EventTitle>,
+    /// When its products sell, unless one has its own window within it.
     pub window: SaleWindow,
+    /// What its products' buyers must show besides a session.
     pub guard: Guard,
 }
 
-/// A product to put on sale. Without an explicit window it sells during its event's.
+/// A product to put on sale, from an operator's parsed input.
 #[derive(Debug, Clone)]
 pub struct NewProductInput {
+    /// The event it sells in, if any: it must exist, and hold the product's window.
     pub event_id: Option<i64>,
+    /// What shoppers see it called.
     pub name: ProductName,
     /// Without one, the shop's placeholder picture.
     pub image_url: Option<ImageUrl>,
+    /// The price before the sale, shown struck through.
     pub original_price: Money,
+    /// What a buyer pays: at most the original price.
     pub sale_price: Money,
+    /// The units it goes on sale with.
     pub stock: Stock,
     /// Without one, the service's default ([`super::SaleSettings::default_per_user_limit`]).
     pub per_user_limit: Option<PerUserLimit>,
+    /// Without one, it sells during its event's window (and needs an event).
     pub window: Option<SaleWindow>,
 }
 
-/// Changes to a product; `None` keeps the current value.
+/// Changes to a product, from an operator's parsed input; `None` keeps the current value (see
+/// [`NewProductInput`] for each field).
 #[derive(Debug, Clone, Default)]
 pub struct ProductChanges {
     pub name: Option<ProductName>,
@@ -84,7 +97,7 @@ impl From<ProductChanges> for ProductPatch {
 const PLACEHOLDER_IMAGE: &str = "/static/img/gift.svg";
 
 fn invalid(code: &'static str, message: &'static str) -> AdminError {
-    AdminError::Invalid { code, message }
+    AdminError::Invalid(Refusal::new(code, message))
 }
 
 /// A flash sale is a discount: the sale price may not exceed the original.

@@ -13,7 +13,9 @@ use crate::domain::{Operator, Product, ProductId, SaleEvent};
 /// so an operator may press twice, and only a change is worth an audit entry.
 #[derive(Debug, Clone)]
 pub struct Controlled<T> {
+    /// The product, event or account as it is after the control.
     pub value: T,
+    /// Whether this call changed it (and so recorded it in the audit log).
     pub changed: bool,
 }
 
