@@ -184,6 +184,13 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+/// An operator's value refused by its `domain` type: 422 with the type's code and message.
+impl From<crate::domain::Refusal> for ApiError {
+    fn from(e: crate::domain::Refusal) -> Self {
+        Self::invalid(e.code, e.message)
+    }
+}
+
 /// A raw body (an uploaded image) that could not be read.
 impl From<BytesRejection> for ApiError {
     fn from(rejection: BytesRejection) -> Self {
@@ -428,9 +435,10 @@ impl From<crate::sale::AdminError> for ApiError {
     fn from(e: crate::sale::AdminError) -> Self {
         use crate::sale::AdminError;
         match e {
-            AdminError::Invalid { code, message } => Self::invalid(code, message),
+            AdminError::Invalid(refusal) => refusal.into(),
             AdminError::UnknownProduct => Self::unknown_product(),
             AdminError::UnknownEvent => Self::not_found("unknown_event", "no such sale event"),
+            AdminError::UnknownUser => Self::not_found("unknown_user", "no such user"),
             AdminError::Store(e) => e.into(),
             AdminError::Backend(e) => e.into(),
         }

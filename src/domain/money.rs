@@ -1,5 +1,6 @@
 //! Money as integer cents: prices and totals are exact, never floats.
 
+use super::Refusal;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -25,6 +26,11 @@ impl Money {
         } else {
             Err(InvalidMoney)
         }
+    }
+
+    /// Parses an operator's price in cents: refused as `invalid_price`.
+    pub fn price(cents: i64) -> Result<Self, Refusal> {
+        Self::from_cents(cents).map_err(|e| Refusal::new("invalid_price", e.to_string()))
     }
 
     /// The amount in cents, for storage and arithmetic.
@@ -59,6 +65,19 @@ mod tests {
     fn refuses_negative_and_absurd_prices() {
         assert_eq!(Money::from_cents(-1), Err(InvalidMoney));
         assert_eq!(Money::from_cents(Money::MAX_CENTS + 1), Err(InvalidMoney));
+    }
+
+    #[test]
+    fn an_operators_price_out_of_range_is_refused_as_invalid_price() {
+        assert_eq!(Money::price(0).unwrap().cents(), 0);
+        for bad in [-1, Money::MAX_CENTS + 1] {
+            let refusal = Money::price(bad).unwrap_err();
+            assert_eq!(refusal.code, "invalid_price");
+            assert_eq!(
+                refusal.message,
+                "a price must be between 0 and 10000000000 cents"
+            );
+        }
     }
 
     mod properties {

@@ -4,7 +4,7 @@
 //! nothing returns to awaiting payment or paid, which is what lets every change be a
 //! conditional update on the current status.
 
-use super::{IdempotencyKey, Millis, Money, ProductId, Quantity, UserId};
+use super::{IdempotencyKey, Millis, Money, ProductId, Quantity, Refusal, UserId};
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
 use std::fmt;
@@ -48,9 +48,18 @@ impl OrderStatus {
         Self::Refunded,
     ];
 
-    /// The status an operator or a client names (its [`as_str`](Self::as_str) spelling).
-    pub fn named(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|status| status.as_str() == name)
+    /// The status an operator names (its [`as_str`](Self::as_str) spelling), refused as
+    /// `invalid_status`.
+    pub fn named(name: &str) -> Result<Self, Refusal> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == name)
+            .ok_or_else(|| {
+                Refusal::new(
+                    "invalid_status",
+                    "status must be awaiting_payment, paid, cancelled or refunded",
+                )
+            })
     }
 
     /// The spelling used in the database, the API and the pages.
@@ -228,9 +237,11 @@ mod tests {
     #[test]
     fn every_status_is_named_by_its_spelling_but_the_database_never_spells_refunded() {
         for status in OrderStatus::ALL {
-            assert_eq!(OrderStatus::named(status.as_str()), Some(status));
+            assert_eq!(OrderStatus::named(status.as_str()), Ok(status));
         }
-        assert_eq!(OrderStatus::named("Paid"), None);
+        for bad in ["Paid", "", "unpaid"] {
+            assert_eq!(OrderStatus::named(bad).unwrap_err().code, "invalid_status");
+        }
         assert_eq!(OrderStatus::parse("refunded"), None);
     }
 

@@ -1,6 +1,6 @@
 //! Products on sale and the sale events (场次) that group them.
 
-use super::{Millis, Money};
+use super::{Millis, Money, Refusal};
 use serde::{Deserialize, Serialize};
 
 /// A product's database id.
@@ -40,7 +40,24 @@ pub struct SaleWindow {
 #[error("a sale must end after it starts")]
 pub struct InvalidWindow;
 
+/// The earliest and latest times an operator's sale may name (2000-01-01 and 2100-01-01 UTC):
+/// far outside any real sale, and a typo of a year is refused instead of making a sale that
+/// never opens.
+const SANE_TIMES: std::ops::Range<Millis> = 946_684_800_000..4_102_444_800_000;
+
 impl SaleWindow {
+    /// Parses the window an operator gives a sale (the fields `starts_at` and `ends_at`): it
+    /// ends after it starts, and both lie between 2000 and 2100.
+    pub fn parse(start: Millis, end: Millis) -> Result<Self, Refusal> {
+        if !SANE_TIMES.contains(&start) || !SANE_TIMES.contains(&end) {
+            return Err(Refusal::new(
+                "invalid_window",
+                "starts_at and ends_at must lie between 2000 and 2100",
+            ));
+        }
+        Self::new(start, end).map_err(|e| Refusal::new("invalid_window", e.to_string()))
+    }
+
     /// Builds a window that ends after it starts.
     pub fn new(start: Millis, end: Millis) -> Result<Self, InvalidWindow> {
         if start < end {
@@ -90,6 +107,13 @@ pub enum Guard {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("guard must be none, token or challenge")]
 pub struct InvalidGuard;
+
+/// An operator's guard that is not one: `invalid_guard`.
+impl From<InvalidGuard> for Refusal {
+    fn from(e: InvalidGuard) -> Self {
+        Refusal::new("invalid_guard", e.to_string())
+    }
+}
 
 impl Guard {
     /// Every guard, weakest first.
@@ -180,5 +204,38 @@ mod tests {
     #[test]
     fn a_window_must_end_after_it_starts() {
         assert_eq!(SaleWindow::new(5, 5), Err(InvalidWindow));
+    }
+
+    #[test]
+    fn an_operators_window_ends_after_it_starts_between_2000_and_2100() {
+        let start = 1_800_000_000_000;
+        assert_eq!(
+            SaleWindow::parse(start, start + 1),
+            Ok(SaleWindow::new(start, start + 1).unwrap())
+        );
+        let refusal = SaleWindow::parse(start, start).unwrap_err();
+        assert_eq!(refusal.code, "invalid_window");
+        assert_eq!(refusal.message, "a sale must end after it starts");
+        for (a, b) in [
+            (0, start),
+            (start, 4_102_444_800_000),
+            (946_684_799_999, start),
+            (start, i64::MAX),
+            (i64::MIN, start),
+        ] {
+            let refusal = SaleWindow::parse(a, b).unwrap_err();
+            assert_eq!(refusal.code, "invalid_window", "{a}..{b}");
+            assert_eq!(
+                refusal.message,
+                "starts_at and ends_at must lie between 2000 and 2100"
+            );
+        }
+    }
+
+    #[test]
+    fn an_operators_unknown_guard_is_refused_as_invalid_guard() {
+        let refusal = Refusal::from(Guard::parse("captcha").unwrap_err());
+        assert_eq!(refusal.code, "invalid_guard");
+        assert_eq!(refusal.message, "guard must be none, token or challenge");
     }
 }

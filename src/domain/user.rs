@@ -1,5 +1,6 @@
 //! Shoppers. A user is an account with a password, never an IP address or a client header.
 
+use super::Refusal;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -46,6 +47,33 @@ impl fmt::Display for Username {
     }
 }
 
+/// The beginning of the names an operator looks for: trimmed and in lower case, as names are
+/// kept, and no longer than a name; empty finds every name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamePrefix(String);
+
+impl NamePrefix {
+    /// The longest prefix worth searching for: a username's length.
+    pub const MAX_LEN: usize = 32;
+
+    /// Parses an operator's search (the field `name`), refused as `invalid_name`.
+    pub fn parse(raw: &str) -> Result<Self, Refusal> {
+        let name = raw.trim().to_ascii_lowercase();
+        if name.len() > Self::MAX_LEN {
+            return Err(Refusal::new(
+                "invalid_name",
+                format!("a username has at most {} characters", Self::MAX_LEN),
+            ));
+        }
+        Ok(Self(name))
+    }
+
+    /// The prefix, or `None` when it is empty and finds every name.
+    pub fn get(&self) -> Option<&str> {
+        Some(self.0.as_str()).filter(|name| !name.is_empty())
+    }
+}
+
 /// A new password: 8–128 characters. The upper bound keeps hashing cost bounded.
 pub struct Password(String);
 
@@ -88,6 +116,16 @@ mod tests {
         for bad in ["al", "", "a b c", "ålice", "<script>", &"x".repeat(33)] {
             assert_eq!(Username::parse(bad), Err(InvalidUsername), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_name_prefix_is_a_trimmed_lower_case_beginning_of_a_name() {
+        assert_eq!(NamePrefix::parse("  Tro ").unwrap().get(), Some("tro"));
+        assert_eq!(NamePrefix::parse("   ").unwrap().get(), None);
+        assert!(NamePrefix::parse(&"x".repeat(32)).is_ok());
+        let refusal = NamePrefix::parse(&"x".repeat(33)).unwrap_err();
+        assert_eq!(refusal.code, "invalid_name");
+        assert_eq!(refusal.message, "a username has at most 32 characters");
     }
 
     #[test]

@@ -1,47 +1,103 @@
-//! The operator's changes: sale events, products, stock. Each change reaches the database first
-//! and then this process's catalog and gate, so the gate never knows more than the database.
+//! The operator's changes: sale events, products, stock, product images. Each change reaches
+//! the database first and then this process's catalog and gate, so the gate never knows more
+//! than the database, and is recorded in the audit log with who made it. They take the
+//! operator's input parsed into `domain` types, so every door gives the same verdict.
 
 use super::{SaleService, unless_not_loaded, unless_rebuild_waits};
-use crate::domain::{Guard, Money, Product, ProductId, SaleEvent, SaleWindow};
+use crate::clock::local_time_of_day;
+use crate::domain::{
+    AddedStock, EventTitle, Guard, Image, ImageUrl, Money, Operator, PerUserLimit, Product,
+    ProductId, ProductName, Refusal, SaleEvent, SaleWindow, Stock,
+};
 use crate::store::{NewProduct, ProductPatch, StoreError};
 use std::sync::Arc;
 
 /// Why an operator's change was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("{message}")]
-    Invalid {
-        code: &'static str,
-        message: &'static str,
-    },
+    /// A rule between values, each valid alone, said no (a sale price above the original, a
+    /// product's sale outside its event's): the same shape as a refused value.
+    #[error(transparent)]
+    Invalid(#[from] Refusal),
+    /// The product named does not exist.
     #[error("no such product")]
     UnknownProduct,
+    /// The sale event named does not exist.
     #[error("no such sale event")]
     UnknownEvent,
+    /// The account named does not exist.
+    #[error("no such user")]
+    UnknownUser,
+    /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The gate or a preheat failed.
     #[error(transparent)]
     Backend(#[from] anyhow::Error),
 }
 
-/// A product to put on sale. Without an explicit window it sells during its event's.
+/// A sale event to create, from an operator's parsed input.
+#[derive(Debug, Clone)]
+pub struct NewEventInput {
+    /// Without one, the event is named after its start's time of day (e.g. `10:00`).
+    pub title: Option<EventTitle>,
+    /// When its products sell, unless one has its own window within it.
+    pub window: SaleWindow,
+    /// What its products' buyers must show besides a session.
+    pub guard: Guard,
+}
+
+/// A product to put on sale, from an operator's parsed input.
 #[derive(Debug, Clone)]
 pub struct NewProductInput {
+    /// The event it sells in, if any: it must exist, and hold the product's window.
     pub event_id: Option<i64>,
-    pub name: String,
-    pub image_url: String,
+    /// What shoppers see it called.
+    pub name: ProductName,
+    /// Without one, the shop's placeholder picture.
+    pub image_url: Option<ImageUrl>,
+    /// The price before the sale, shown struck through.
     pub original_price: Money,
+    /// What a buyer pays: at most the original price.
     pub sale_price: Money,
-    pub stock: i64,
-    pub per_user_limit: Option<u32>,
+    /// The units it goes on sale with.
+    pub stock: Stock,
+    /// Without one, the service's default ([`super::SaleSettings::default_per_user_limit`]).
+    pub per_user_limit: Option<PerUserLimit>,
+    /// Without one, it sells during its event's window (and needs an event).
     pub window: Option<SaleWindow>,
 }
 
-/// Changes to a product; `None` keeps the current value.
-pub type ProductChanges = ProductPatch;
+/// Changes to a product, from an operator's parsed input; `None` keeps the current value (see
+/// [`NewProductInput`] for each field).
+#[derive(Debug, Clone, Default)]
+pub struct ProductChanges {
+    pub name: Option<ProductName>,
+    pub image_url: Option<ImageUrl>,
+    pub original_price: Option<Money>,
+    pub sale_price: Option<Money>,
+    pub per_user_limit: Option<PerUserLimit>,
+    pub window: Option<SaleWindow>,
+}
+
+impl From<ProductChanges> for ProductPatch {
+    fn from(changes: ProductChanges) -> Self {
+        Self {
+            name: changes.name.map(|n| n.as_str().to_owned()),
+            image_url: changes.image_url.map(|u| u.as_str().to_owned()),
+            original_price: changes.original_price,
+            sale_price: changes.sale_price,
+            per_user_limit: changes.per_user_limit.map(PerUserLimit::get),
+            window: changes.window,
+        }
+    }
+}
+
+/// The picture of a product created without one: a static asset every server has.
+const PLACEHOLDER_IMAGE: &str = "/static/img/gift.svg";
 
 fn invalid(code: &'static str, message: &'static str) -> AdminError {
-    AdminError::Invalid { code, message }
+    AdminError::Invalid(Refusal::new(code, message))
 }
 
 /// A flash sale is a discount: the sale price may not exceed the original.
@@ -70,23 +126,36 @@ fn check_within_event(window: SaleWindow, event: Option<&SaleEvent>) -> Result<(
 }
 
 impl SaleService {
-    /// Creates a sale event.
+    /// Creates a sale event for `by`.
     pub async fn create_event(
         &self,
-        title: &str,
-        window: SaleWindow,
-        guard: Guard,
+        by: &Operator,
+        input: NewEventInput,
     ) -> Result<SaleEvent, AdminError> {
+        let title = match input.title {
+            Some(title) => title.as_str().to_owned(),
+            None => local_time_of_day(input.window.start),
+        };
         let event = self
             .store
-            .create_event(title, window, guard, self.now())
+            .create_event(&title, input.window, input.guard, self.now())
             .await?;
         self.catalog.put_event(event.clone());
+        let action = format!("created event {} \"{}\"", event.id, event.title);
+        let action = match event.guard {
+            Guard::None => action,
+            guard => format!("{action} guarded by {}", guard.as_str()),
+        };
+        self.record_change(by, action).await;
         Ok(event)
     }
 
-    /// Creates a product and, if its sale is due, preheats it at once.
-    pub async fn create_product(&self, input: NewProductInput) -> Result<Product, AdminError> {
+    /// Creates a product for `by` and, if its sale is due, preheats it at once.
+    pub async fn create_product(
+        &self,
+        by: &Operator,
+        input: NewProductInput,
+    ) -> Result<Product, AdminError> {
         let event = match input.event_id {
             Some(id) => Some(
                 self.event(id)
@@ -111,27 +180,76 @@ impl SaleService {
             .create_product(
                 &NewProduct {
                     event_id: input.event_id,
-                    name: input.name,
-                    image_url: input.image_url,
+                    name: input.name.as_str().to_owned(),
+                    image_url: input
+                        .image_url
+                        .as_ref()
+                        .map_or(PLACEHOLDER_IMAGE, ImageUrl::as_str)
+                        .to_owned(),
                     original_price: input.original_price,
                     sale_price: input.sale_price,
-                    stock: input.stock,
+                    stock: input.stock.get(),
                     per_user_limit: input
                         .per_user_limit
-                        .unwrap_or(self.settings.default_per_user_limit),
+                        .map_or(self.settings.default_per_user_limit, PerUserLimit::get),
                     window,
                 },
                 self.now(),
             )
             .await?;
         self.catalog.put(&product);
+        let action = format!("created product {} \"{}\"", product.id.0, product.name);
+        self.record_change(by, action).await;
         unless_rebuild_waits(self.preheat_due().await)?;
         Ok(product)
     }
 
-    /// Changes a product's description, prices, limit or window. A live product's stock and
-    /// buyers are left alone; the gate just learns the new window and limit.
+    /// Changes a product's description, prices, limit or window for `by`. A live product's
+    /// stock and buyers are left alone; the gate just learns the new window and limit.
     pub async fn update_product(
+        &self,
+        by: &Operator,
+        id: ProductId,
+        changes: ProductChanges,
+    ) -> Result<Product, AdminError> {
+        let product = self.change_product(id, changes).await?;
+        self.record_change(by, format!("changed product {}", id.0))
+            .await;
+        Ok(product)
+    }
+
+    /// Keeps an uploaded image for `by`: whether it is new, rather than the same bytes kept
+    /// already (which changes nothing and is not recorded).
+    pub async fn upload_image(&self, by: &Operator, image: &Image) -> Result<bool, StoreError> {
+        let new = self.store.put_image(image, self.now()).await?;
+        if new {
+            self.record_change(by, format!("uploaded image {}", image.id))
+                .await;
+        }
+        Ok(new)
+    }
+
+    /// Keeps `image` and makes `url`, where it is served, the product's picture, for `by`.
+    pub async fn set_product_image(
+        &self,
+        by: &Operator,
+        id: ProductId,
+        image: &Image,
+        url: ImageUrl,
+    ) -> Result<Product, AdminError> {
+        self.store.put_image(image, self.now()).await?;
+        let action = format!("set the image of product {} to {url}", id.0);
+        let changes = ProductChanges {
+            image_url: Some(url),
+            ..ProductChanges::default()
+        };
+        let product = self.change_product(id, changes).await?;
+        self.record_change(by, action).await;
+        Ok(product)
+    }
+
+    /// Applies `changes` to a product, in the database, the catalog and the gate.
+    async fn change_product(
         &self,
         id: ProductId,
         changes: ProductChanges,
@@ -146,7 +264,7 @@ impl SaleService {
         }
         let product = self
             .store
-            .update_product(id, &changes, self.now())
+            .update_product(id, &changes.into(), self.now())
             .await?
             .ok_or(AdminError::UnknownProduct)?;
         self.reconfigure(&product).await?;
@@ -154,8 +272,14 @@ impl SaleService {
         Ok(product)
     }
 
-    /// Puts `units` more on sale, also while the sale is live.
-    pub async fn add_stock(&self, id: ProductId, units: i64) -> Result<Product, AdminError> {
+    /// Puts `units` more on sale for `by`, also while the sale is live.
+    pub async fn add_stock(
+        &self,
+        by: &Operator,
+        id: ProductId,
+        units: AddedStock,
+    ) -> Result<Product, AdminError> {
+        let units = units.get();
         let product = self
             .store
             .add_stock(id, units, self.now())
@@ -164,6 +288,8 @@ impl SaleService {
         unless_not_loaded(self.gate.add_stock(id, units).await)?;
         self.catalog.put(&product);
         self.catalog.restock(id);
+        self.record_change(by, format!("added {units} units to product {}", id.0))
+            .await;
         Ok(product)
     }
 

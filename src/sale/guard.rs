@@ -3,7 +3,7 @@
 //! each product, so every process's catalog has it within a catalog refresh of a change.
 
 use super::{AdminError, Controlled, SaleService};
-use crate::domain::{Guard, ProductId, SaleEvent, SaleWindow};
+use crate::domain::{Guard, Operator, ProductId, SaleEvent, SaleWindow};
 
 impl SaleService {
     /// A product's guard and sale window, from memory; `None` for a product this process does
@@ -14,9 +14,11 @@ impl SaleService {
 
     /// Sets a sale event's guard: the database first, then this process's catalog, the event
     /// and its products, so this process checks buys the new way at once and every other one
-    /// after its next catalog refresh. Setting the guard it has changes nothing.
+    /// after its next catalog refresh. Setting the guard it has changes nothing; a change is
+    /// recorded as done by `by`.
     pub async fn set_event_guard(
         &self,
+        by: &Operator,
         id: i64,
         guard: Guard,
     ) -> Result<Controlled<SaleEvent>, AdminError> {
@@ -38,9 +40,7 @@ impl SaleService {
         for product in self.products_of_event(id).await? {
             self.catalog.put(&product);
         }
-        Ok(Controlled {
-            value: event,
-            changed,
-        })
+        let action = format!("set the guard of event {id} to {}", guard.as_str());
+        Ok(Controlled::recorded(self, by, event, changed, action).await)
     }
 }

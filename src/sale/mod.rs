@@ -3,7 +3,9 @@
 //! and nothing below it.
 
 mod accepted;
+mod accounts;
 mod admin;
+mod audit;
 mod backoff;
 mod buy;
 mod catalog;
@@ -19,7 +21,7 @@ mod preheat;
 mod reconcile;
 mod refunds;
 
-pub use admin::{AdminError, NewProductInput, ProductChanges};
+pub use admin::{AdminError, NewEventInput, NewProductInput, ProductChanges};
 pub use buy::{BuyCounts, BuyError};
 pub use controls::Controlled;
 pub use durability::{Durability, PersistError};

@@ -2,11 +2,12 @@
 //! money goes back through the provider. The conditional update `paid → cancelled` decides
 //! which of any number of refunds of one order returns the stock; the money goes back through
 //! the same idempotent refund as money that arrived for a cancelled order, so a refund the
-//! provider cannot take at once is among the refunds due, which the ticker makes.
+//! provider cannot take at once is among the refunds due, which the ticker makes. Each refund
+//! is recorded in the audit log with the operator who asked for it.
 
 use super::SaleService;
 use super::orders::OrderError;
-use crate::domain::{Order, OrderId, OrderStatus};
+use crate::domain::{Operator, Order, OrderId, OrderStatus};
 use crate::store::KeptPayment;
 
 /// An order with the provider's words kept for it, as an operator looks at it.
@@ -56,15 +57,29 @@ impl SaleService {
         Ok(OrderRecord { order, payments })
     }
 
-    /// Refunds a paid order for an operator: the order is cancelled and its stock goes back on
-    /// sale (once, however many refunds of it run at once; the buyer may buy again), then its
-    /// money goes back through the provider. An order whose refund is due already is refunded
-    /// now, its stock left alone.
+    /// Refunds a paid order for the operator `by`: the order is cancelled and its stock goes
+    /// back on sale (once, however many refunds of it run at once; the buyer may buy again),
+    /// then its money goes back through the provider. An order whose refund is due already is
+    /// refunded now, its stock left alone.
     ///
     /// Every way an order gets paid keeps the provider's word first (`apply_word`), so an
     /// order cancelled here is among [`crate::store::Store::refunds_due`] until its refund is
     /// made.
-    pub async fn refund_paid(&self, id: OrderId) -> Result<Refund, OrderError> {
+    pub async fn refund_paid(&self, by: &Operator, id: OrderId) -> Result<Refund, OrderError> {
+        let refund = self.cancel_and_refund(id).await?;
+        let action = match &refund {
+            Refund::Made(order) => format!("refunded order {}", order.id),
+            Refund::Due(order) => format!(
+                "refunded order {} (the payment provider's refund is pending)",
+                order.id
+            ),
+        };
+        self.record_change(by, action).await;
+        Ok(refund)
+    }
+
+    /// [`Self::refund_paid`], unrecorded.
+    async fn cancel_and_refund(&self, id: OrderId) -> Result<Refund, OrderError> {
         self.provider()?;
         let record = self.order_record(id).await?;
         match record.order.status {
@@ -77,7 +92,7 @@ impl SaleService {
         }
         let Some(cancelled) = self.store.cancel_paid_order(id, self.now()).await? else {
             // Another refund of it won the update: answer as the order stands now.
-            return Box::pin(self.refund_paid(id)).await;
+            return Box::pin(self.cancel_and_refund(id)).await;
         };
         self.give_back(&cancelled).await;
         tracing::info!(

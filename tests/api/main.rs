@@ -20,6 +20,7 @@ mod images;
 mod metrics;
 mod migrate;
 mod openapi;
+mod operator_doors;
 mod pages;
 mod payment_faults;
 mod payments;

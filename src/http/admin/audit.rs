@@ -4,7 +4,6 @@
 use super::{AdminSession, page, utc_time};
 use crate::error::ApiError;
 use crate::http::AppState;
-use crate::http::api::admin::AUDIT_SHOWN;
 use askama::Template;
 use axum::Router;
 use axum::extract::State;
@@ -37,8 +36,8 @@ async fn audit_page(
     session: AdminSession,
 ) -> Result<Response, ApiError> {
     let entries = state
-        .store
-        .audit_log(AUDIT_SHOWN)
+        .sale
+        .audit_log()
         .await?
         .into_iter()
         .map(|e| AuditRow {

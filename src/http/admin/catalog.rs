@@ -1,17 +1,17 @@
 //! Sale events and products in the console: the lists, creating both, setting an event's guard,
 //! changing a product, adding stock to it, pausing and resuming its buying and ending its sale
 //! or its event's early, all through the sale service like the admin API, so every server sees
-//! a change within a second.
+//! a change within a second. The forms are parsed into the same `domain` types as the API's
+//! bodies; what is the forms' own is their spelling of times, prices and numbers.
 
-use super::{AdminSession, ConsoleForm, audit, mistake, page, see_other};
-use crate::domain::{Guard, Millis, Money, Product, ProductId};
+use super::{AdminSession, ConsoleForm, mistake, page, see_other};
+use crate::domain::{
+    AddedStock, EventTitle, Guard, ImageUrl, Millis, Money, Operator, PerUserLimit, Product,
+    ProductId, ProductName, Refusal, SaleWindow, Stock,
+};
 use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
-use crate::http::api::admin::{
-    MAX_STOCK, control_action, created_event_action, datetime, guard, guard_action, image_url,
-    per_user_limit, price, text, window,
-};
-use crate::sale::{AdminError, Controlled, NewProductInput, ProductChanges};
+use crate::sale::{AdminError, NewEventInput, NewProductInput, ProductChanges};
 use askama::Template;
 use axum::Router;
 use axum::extract::State;
@@ -113,13 +113,16 @@ struct ProductPage {
 }
 
 fn form_time(ms: Millis) -> String {
-    datetime(ms).format(FORM_TIME).to_string()
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format(FORM_TIME)
+        .to_string()
 }
 
-fn parse_time(value: &str, field: &str) -> Result<DateTime<Utc>, ApiError> {
+fn parse_time(value: &str, field: &str) -> Result<Millis, ApiError> {
     NaiveDateTime::parse_from_str(value, FORM_TIME)
         .or_else(|_| NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S"))
-        .map(|t| t.and_utc())
+        .map(|t| t.and_utc().timestamp_millis())
         .map_err(|_| {
             ApiError::invalid(
                 "invalid_window",
@@ -128,14 +131,26 @@ fn parse_time(value: &str, field: &str) -> Result<DateTime<Utc>, ApiError> {
         })
 }
 
+/// The form's window: both times.
+fn form_window(form: &ConsoleForm) -> Result<SaleWindow, ApiError> {
+    let start = parse_time(form.field("starts_at"), "starts_at")?;
+    let end = parse_time(form.field("ends_at"), "ends_at")?;
+    Ok(SaleWindow::parse(start, end)?)
+}
+
 /// Both times of a window, or neither (`None`).
-fn optional_window(form: &ConsoleForm) -> Result<Option<crate::domain::SaleWindow>, ApiError> {
+fn optional_window(form: &ConsoleForm) -> Result<Option<SaleWindow>, ApiError> {
     match (form.field("starts_at"), form.field("ends_at")) {
         ("", "") => Ok(None),
-        (start, end) => Ok(Some(window(
-            parse_time(start, "starts_at")?,
-            parse_time(end, "ends_at")?,
-        )?)),
+        _ => form_window(form).map(Some),
+    }
+}
+
+/// A guard as the form's choice spells it; none when it is left out.
+fn form_guard(value: &str) -> Result<Guard, Refusal> {
+    match value {
+        "" => Ok(Guard::None),
+        value => Ok(Guard::parse(value)?),
     }
 }
 
@@ -154,7 +169,7 @@ fn yuan(value: &str, field: &str) -> Result<Money, ApiError> {
     }
     let whole: i64 = whole.parse().map_err(|_| wrong())?;
     let cents: i64 = format!("{fraction:0<2}").parse().map_err(|_| wrong())?;
-    price(whole * 100 + cents)
+    Ok(Money::price(whole * 100 + cents)?)
 }
 
 /// A whole number the form must give.
@@ -236,26 +251,19 @@ async fn create_event(
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
     let made = async {
-        let window = window(
-            parse_time(form.field("starts_at"), "starts_at")?,
-            parse_time(form.field("ends_at"), "ends_at")?,
-        )?;
-        let title = match form.field("title") {
-            "" => crate::clock::local_time_of_day(window.start),
-            title => text(title.to_owned(), "title", 100)?,
+        let input = NewEventInput {
+            window: form_window(&form)?,
+            title: match form.field("title") {
+                "" => None,
+                title => Some(EventTitle::parse(title)?),
+            },
+            guard: form_guard(form.field("guard"))?,
         };
-        let guard = match form.field("guard") {
-            "" => Guard::None,
-            value => guard(value)?,
-        };
-        Ok::<_, ApiError>(state.sale.create_event(&title, window, guard).await?)
+        Ok::<_, ApiError>(state.sale.create_event(&Operator::Console, input).await?)
     }
     .await;
     match made {
-        Ok(event) => {
-            audit(&state, created_event_action(&event)).await;
-            Ok(see_other("/admin/products"))
-        }
+        Ok(_) => Ok(see_other("/admin/products")),
         Err(e) => catalog_with(&state, &form, e).await,
     }
 }
@@ -265,37 +273,26 @@ async fn create_product(
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
     let made = async {
-        let stock = number(form.field("stock"), "stock")?;
-        if !(0..=MAX_STOCK).contains(&stock) {
-            return Err(ApiError::invalid(
-                "invalid_stock",
-                format!("stock must be 0 to {MAX_STOCK}"),
-            ));
-        }
         let input = NewProductInput {
+            stock: Stock::parse(number(form.field("stock"), "stock")?)?,
             event_id: optional_number(form.field("event_id"), "event")?,
-            name: text(form.field("name").to_owned(), "name", 200)?,
-            image_url: image_url(match form.field("image_url") {
-                "" => "/static/img/gift.svg".to_owned(),
-                url => url.to_owned(),
-            })?,
+            name: ProductName::parse(form.field("name"))?,
+            image_url: match form.field("image_url") {
+                "" => None,
+                url => Some(ImageUrl::parse(url)?),
+            },
             original_price: yuan(form.field("original_price"), "original price")?,
             sale_price: yuan(form.field("sale_price"), "sale price")?,
-            stock,
             per_user_limit: optional_number(form.field("per_user_limit"), "per-user limit")?
-                .map(per_user_limit)
+                .map(PerUserLimit::parse)
                 .transpose()?,
             window: optional_window(&form)?,
         };
-        Ok(state.sale.create_product(input).await?)
+        Ok(state.sale.create_product(&Operator::Console, input).await?)
     }
     .await;
     match made {
-        Ok(product) => {
-            let id = product.id.0;
-            audit(&state, format!("created product {id} \"{}\"", product.name)).await;
-            Ok(see_other(&format!("/admin/products/{id}")))
-        }
+        Ok(product) => Ok(see_other(&format!("/admin/products/{}", product.id.0))),
         Err(e) => catalog_with(&state, &form, e).await,
     }
 }
@@ -330,21 +327,15 @@ async fn product(
     product_page(&state, &session, ProductId(id), StatusCode::OK, None).await
 }
 
-/// The product's page again after a change (written to the audit log, unless it is `None`:
-/// a repeat that changed nothing), or with the operator's mistake shown.
-async fn after_change(
+/// The product's page again after a change, or with the operator's mistake shown.
+async fn after_change<T>(
     state: &AppState,
     form: &ConsoleForm,
     id: ProductId,
-    outcome: Result<Option<String>, ApiError>,
+    outcome: Result<T, ApiError>,
 ) -> Result<Response, ApiError> {
     match outcome {
-        Ok(action) => {
-            if let Some(action) = action {
-                audit(state, action).await;
-            }
-            Ok(see_other(&format!("/admin/products/{}", id.0)))
-        }
+        Ok(_) => Ok(see_other(&format!("/admin/products/{}", id.0))),
         Err(e) => {
             let message = mistake(e)?;
             product_page(
@@ -367,18 +358,20 @@ async fn update_product(
     let id = ProductId(id);
     let outcome = async {
         let changes = ProductChanges {
-            name: Some(text(form.field("name").to_owned(), "name", 200)?),
-            image_url: Some(image_url(form.field("image_url").to_owned())?),
+            name: Some(ProductName::parse(form.field("name"))?),
+            image_url: Some(ImageUrl::parse(form.field("image_url"))?),
             original_price: Some(yuan(form.field("original_price"), "original price")?),
             sale_price: Some(yuan(form.field("sale_price"), "sale price")?),
-            per_user_limit: Some(per_user_limit(number(
+            per_user_limit: Some(PerUserLimit::parse(number(
                 form.field("per_user_limit"),
                 "per-user limit",
             )?)?),
             window: optional_window(&form)?,
         };
-        state.sale.update_product(id, changes).await?;
-        Ok(Some(format!("changed product {}", id.0)))
+        Ok(state
+            .sale
+            .update_product(&Operator::Console, id, changes)
+            .await?)
     }
     .await;
     after_change(&state, &form, id, outcome).await
@@ -391,32 +384,21 @@ async fn add_stock(
 ) -> Result<Response, ApiError> {
     let id = ProductId(id);
     let outcome = async {
-        let units = number(form.field("quantity"), "quantity")?;
-        if !(1..=MAX_STOCK).contains(&units) {
-            return Err(ApiError::invalid(
-                "invalid_quantity",
-                format!("quantity must be 1 to {MAX_STOCK}"),
-            ));
-        }
-        state.sale.add_stock(id, units).await?;
-        Ok(Some(format!("added {units} units to product {}", id.0)))
+        let units = AddedStock::parse(number(form.field("quantity"), "quantity")?)?;
+        Ok(state.sale.add_stock(&Operator::Console, id, units).await?)
     }
     .await;
     after_change(&state, &form, id, outcome).await
 }
 
-/// The product's page again after a control: `verb` names it in the audit log.
-async fn after_control(
+/// The product's page again after a control.
+async fn after_control<T>(
     state: &AppState,
     form: &ConsoleForm,
     id: ProductId,
-    controlled: Result<Controlled<Product>, AdminError>,
-    verb: &str,
+    controlled: Result<T, AdminError>,
 ) -> Result<Response, ApiError> {
-    let outcome = controlled
-        .map(|c| control_action(&c, verb, "product", id.0))
-        .map_err(ApiError::from);
-    after_change(state, form, id, outcome).await
+    after_change(state, form, id, controlled.map_err(ApiError::from)).await
 }
 
 async fn pause_product(
@@ -425,8 +407,8 @@ async fn pause_product(
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
     let id = ProductId(id);
-    let paused = state.sale.set_paused(id, true).await;
-    after_control(&state, &form, id, paused, "paused").await
+    let paused = state.sale.set_paused(&Operator::Console, id, true).await;
+    after_control(&state, &form, id, paused).await
 }
 
 async fn resume_product(
@@ -435,8 +417,8 @@ async fn resume_product(
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
     let id = ProductId(id);
-    let resumed = state.sale.set_paused(id, false).await;
-    after_control(&state, &form, id, resumed, "resumed").await
+    let resumed = state.sale.set_paused(&Operator::Console, id, false).await;
+    after_control(&state, &form, id, resumed).await
 }
 
 async fn end_product(
@@ -445,8 +427,8 @@ async fn end_product(
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
     let id = ProductId(id);
-    let ended = state.sale.end_product(id).await;
-    after_control(&state, &form, id, ended, "ended").await
+    let ended = state.sale.end_product(&Operator::Console, id).await;
+    after_control(&state, &form, id, ended).await
 }
 
 async fn end_event(
@@ -454,13 +436,8 @@ async fn end_event(
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
-    match state.sale.end_event(id).await {
-        Ok(controlled) => {
-            if let Some(action) = control_action(&controlled, "ended", "event", id) {
-                audit(&state, action).await;
-            }
-            Ok(see_other("/admin/products"))
-        }
+    match state.sale.end_event(&Operator::Console, id).await {
+        Ok(_) => Ok(see_other("/admin/products")),
         Err(e) => catalog_with(&state, &form, e.into()).await,
     }
 }
@@ -471,17 +448,17 @@ async fn set_event_guard(
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
     let set = async {
-        let guard = guard(form.field("guard"))?;
-        Ok::<_, ApiError>(state.sale.set_event_guard(id, guard).await?)
+        let guard = Guard::parse(form.field("guard")).map_err(Refusal::from)?;
+        Ok::<_, ApiError>(
+            state
+                .sale
+                .set_event_guard(&Operator::Console, id, guard)
+                .await?,
+        )
     }
     .await;
     match set {
-        Ok(controlled) => {
-            if let Some(action) = guard_action(&controlled) {
-                audit(&state, action).await;
-            }
-            Ok(see_other("/admin/products"))
-        }
+        Ok(_) => Ok(see_other("/admin/products")),
         Err(e) => catalog_with(&state, &form, e).await,
     }
 }

@@ -3,12 +3,11 @@
 //! and store as the admin API's upload.
 
 use super::catalog::product_page;
-use super::{AdminSession, MAX_FORM_FIELDS, audit, see_other};
-use crate::domain::ProductId;
+use super::{AdminSession, MAX_FORM_FIELDS, see_other};
+use crate::domain::{ImageUrl, Operator, ProductId};
 use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
 use crate::http::images::url;
-use crate::sale::ProductChanges;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::multipart::{Multipart, MultipartError, MultipartRejection};
@@ -78,28 +77,19 @@ async fn upload(
     if state.sale.product(id).await?.is_none() {
         return Err(ApiError::unknown_product());
     }
-    let put = state
+    let checked = state
         .images
-        .put(
-            upload.content_type.as_deref(),
-            upload.bytes,
-            state.sale.now(),
-        )
-        .await;
-    let image = match put {
-        Ok((image, _)) => image,
+        .check(upload.content_type.as_deref(), upload.bytes);
+    let image = match checked {
+        Ok(image) => image,
         Err(e) => return shown_on_page(&state, &session, id, e).await,
     };
-    let changes = ProductChanges {
-        image_url: Some(url(image.id)),
-        ..ProductChanges::default()
-    };
-    state.sale.update_product(id, changes).await?;
-    audit(
-        &state,
-        format!("set the image of product {} to {}", id.0, url(image.id)),
-    )
-    .await;
+    let served_at = ImageUrl::parse(&url(image.id))?;
+    state
+        .sale
+        .set_product_image(&Operator::Console, id, &image, served_at)
+        .await?;
+    state.images.kept(image);
     Ok(see_other(&format!("/admin/products/{}", id.0)))
 }
 

@@ -1,5 +1,7 @@
 //! The operator's console under `/admin`: server-rendered pages and plain HTML forms over the
-//! same sale service and checks as the admin API, for an operator with the admin token.
+//! same sale service and checks as the admin API, for an operator with the admin token: forms
+//! are parsed into the same `domain` types, and the sale service records each change in the
+//! audit log as made by [`crate::domain::Operator::Console`].
 //!
 //! Signing in with the admin token sets a session cookie (`HttpOnly`, `SameSite=Strict`,
 //! `Path=/admin`) holding a random session id and its expiry, signed with an HMAC keyed by the
@@ -19,7 +21,6 @@ use crate::auth::revocation::SessionId;
 use crate::domain::Millis;
 use crate::error::ApiError;
 use crate::http::AppState;
-use crate::http::api::admin::record_audit;
 use crate::http::api::sessions::revoke;
 use askama::Template;
 use axum::Router;
@@ -52,9 +53,6 @@ const MAX_COOKIE_LEN: usize = 160;
 
 /// The most fields a console form has, with room to spare; more are ignored.
 const MAX_FORM_FIELDS: usize = 32;
-
-/// The actor the audit log names for changes made through the console.
-const CONSOLE_ACTOR: &str = "admin";
 
 /// `/admin/...`; image uploads take bodies of up to `max_image_bytes` and a form's worth more.
 pub fn router(max_image_bytes: usize) -> Router<AppState> {
@@ -264,9 +262,4 @@ fn utc_time(ms: Millis) -> String {
         .unwrap_or_default()
         .format("%Y-%m-%d %H:%M:%S UTC")
         .to_string()
-}
-
-/// Writes a change made through the console to the audit log.
-async fn audit(state: &AppState, action: String) {
-    record_audit(state, CONSOLE_ACTOR, action).await;
 }

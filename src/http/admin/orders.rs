@@ -2,11 +2,10 @@
 //! first, a page at a time), with each order's status and the payment provider's words kept
 //! for it; and refund a paid order through the sale service, as the admin API does.
 
-use super::{AdminSession, ConsoleForm, audit, mistake, page, see_other, utc_time};
-use crate::domain::{OrderId, OrderStatus, ProductId, UserId};
+use super::{AdminSession, ConsoleForm, mistake, page, see_other, utc_time};
+use crate::domain::{Operator, OrderId, OrderStatus, ProductId, UserId};
 use crate::error::{ApiError, AppPath, AppQuery};
 use crate::http::AppState;
-use crate::http::api::admin_orders::{refund_action, status};
 use crate::sale::OrderRecord;
 use crate::store::OrderSearch;
 use askama::Template;
@@ -213,7 +212,7 @@ async fn find(state: &AppState, search: &Search) -> Result<Vec<OrderRecord>, Api
                 product: number(&search.product, "A product id")?.map(ProductId),
                 status: Some(search.status.as_str())
                     .filter(|name| !name.is_empty())
-                    .map(status)
+                    .map(OrderStatus::named)
                     .transpose()?,
                 before: number(&search.before, "An order id")?.map(OrderId),
                 limit: SHOWN,
@@ -311,11 +310,12 @@ async fn refund(
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
     let search = Search::from_form(&form).trimmed();
-    match state.sale.refund_paid(OrderId(id)).await {
-        Ok(refund) => {
-            audit(&state, refund_action(&refund)).await;
-            Ok(see_other(&search.url(&[("refunded", &id.to_string())])))
-        }
+    match state
+        .sale
+        .refund_paid(&Operator::Console, OrderId(id))
+        .await
+    {
+        Ok(_) => Ok(see_other(&search.url(&[("refunded", &id.to_string())]))),
         Err(e) => {
             let message = mistake(e.into())?;
             search_page(

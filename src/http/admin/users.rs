@@ -1,11 +1,12 @@
 //! Accounts in the console: the newest, or those whose name begins with a search, each with a
-//! Disable or Enable button that makes the admin API's change (`api::admin_users`).
+//! Disable or Enable button that makes the admin API's change (`api::admin_users::disable`,
+//! the sale service's `enable_user`).
 
-use super::{AdminSession, CONSOLE_ACTOR, ConsoleForm, mistake, page, see_other, utc_time};
-use crate::domain::UserId;
+use super::{AdminSession, ConsoleForm, mistake, page, see_other, utc_time};
+use crate::domain::{NamePrefix, Operator, UserId};
 use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
-use crate::http::api::admin_users::{disable, enable, find};
+use crate::http::api::admin_users::disable;
 use crate::store::UserAccount;
 use askama::Template;
 use axum::Router;
@@ -81,7 +82,15 @@ async fn show(
     status: StatusCode,
     error: Option<String>,
 ) -> Result<Response, ApiError> {
-    let (status, error, users) = match find(state, name, SHOWN).await {
+    let found = match NamePrefix::parse(name) {
+        Ok(prefix) => state
+            .sale
+            .users(&prefix, SHOWN)
+            .await
+            .map_err(ApiError::from),
+        Err(refused) => Err(refused.into()),
+    };
+    let (status, error, users) = match found {
         Ok(users) => (status, error, users),
         Err(e) => (
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -114,7 +123,7 @@ async fn disable_user(
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
-    let done = disable(&state, CONSOLE_ACTOR, UserId(id)).await;
+    let done = disable(&state, &Operator::Console, UserId(id)).await;
     back(&state, &form, done).await
 }
 
@@ -124,7 +133,12 @@ async fn enable_user(
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
-    let done = enable(&state, CONSOLE_ACTOR, UserId(id)).await;
+    let done = state
+        .sale
+        .enable_user(&Operator::Console, UserId(id))
+        .await
+        .map(|enabled| enabled.value)
+        .map_err(ApiError::from);
     back(&state, &form, done).await
 }
 

@@ -1,23 +1,24 @@
 //! The operator's API under `/admin`, behind `Authorization: Bearer <admin token>`: create
 //! sale events and products, change products, add stock to a live sale, pause and resume
 //! buying, end a product's or an event's sale early, and read back every event, every product
-//! and the audit log. Every change is written to the audit log. The checks of the operator's
-//! input live here once, for the console too.
+//! and the audit log. The operator's input is parsed into `domain` types, as the console
+//! parses its forms, and the sale service records each change in the audit log.
 
 use super::{ErrorBody, EventView, ProductView, Rfc3339};
-use crate::domain::{Guard, Millis, Money, Product, ProductId, Quantity, SaleEvent, SaleWindow};
+use crate::domain::{
+    AddedStock, EventTitle, Guard, ImageUrl, Millis, Money, Operator, PerUserLimit, Product,
+    ProductId, ProductName, Refusal, SaleWindow, Stock,
+};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
-use crate::sale::{Controlled, NewProductInput, ProductChanges};
-use crate::store::AuditEntry;
+use crate::sale::{Controlled, NewEventInput, NewProductInput, ProductChanges};
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, patch, post};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 /// `/api/v1/admin/...`.
@@ -38,121 +39,21 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/admin/events/{id}", patch(update_event))
 }
 
-/// The most units one product may hold: far above any flash sale, far below overflow.
-pub(in crate::http) const MAX_STOCK: i64 = 100_000_000;
-
-/// The earliest and latest times a sale may name (2000-01-01 and 2100-01-01 UTC): far outside
-/// any real sale, and a typo of a year is refused instead of making a sale that never opens.
-const SANE_TIMES: std::ops::Range<i64> = 946_684_800_000..4_102_444_800_000;
-
-pub(in crate::http) fn window(
-    starts_at: DateTime<Utc>,
-    ends_at: DateTime<Utc>,
-) -> Result<SaleWindow, ApiError> {
-    let (start, end) = (starts_at.timestamp_millis(), ends_at.timestamp_millis());
-    if !SANE_TIMES.contains(&start) || !SANE_TIMES.contains(&end) {
-        return Err(ApiError::invalid(
-            "invalid_window",
-            "starts_at and ends_at must lie between 2000 and 2100",
-        ));
-    }
-    SaleWindow::new(start, end).map_err(|e| ApiError::invalid("invalid_window", e.to_string()))
+/// The operator behind an admin API request: the holder of the admin token, named in the
+/// audit log by its fingerprint.
+pub(in crate::http) fn token_operator(state: &AppState) -> Operator {
+    Operator::with_token(state.auth.admin_token.expose())
 }
 
-pub(in crate::http) fn price(cents: i64) -> Result<Money, ApiError> {
-    Money::from_cents(cents).map_err(|e| ApiError::invalid("invalid_price", e.to_string()))
+/// A sale window from the API's times.
+fn window(starts_at: DateTime<Utc>, ends_at: DateTime<Utc>) -> Result<SaleWindow, Refusal> {
+    SaleWindow::parse(starts_at.timestamp_millis(), ends_at.timestamp_millis())
 }
 
-pub(in crate::http) fn text(
-    value: String,
-    field: &'static str,
-    max: usize,
-) -> Result<String, ApiError> {
-    let trimmed = value.trim();
-    if trimmed.is_empty() || trimmed.chars().count() > max {
-        return Err(ApiError::invalid(
-            "invalid_text",
-            format!("{field} must have 1 to {max} characters"),
-        ));
-    }
-    if trimmed.chars().any(hidden) {
-        return Err(ApiError::invalid(
-            "invalid_text",
-            format!(
-                "{field} may not hold control characters or invisible direction and joining \
-                 marks (they can make a shopper read another text than the one shown)"
-            ),
-        ));
-    }
-    Ok(trimmed.to_owned())
+/// A guard from the API's spelling.
+fn guard(value: &str) -> Result<Guard, Refusal> {
+    Ok(Guard::parse(value)?)
 }
-
-/// A character that shows nothing yet changes what is shown: control characters, and the
-/// Unicode marks that reorder text (bidi overrides and isolates, as in "Trojan Source") or
-/// hide between letters.
-fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
-}
-
-pub(in crate::http) fn image_url(value: String) -> Result<String, ApiError> {
-    let ok_scheme = ["/", "https://", "http://"]
-        .iter()
-        .any(|p| value.starts_with(p))
-        && !value.starts_with("//");
-    if !ok_scheme || value.len() > 500 || value.chars().any(|c| c.is_whitespace() || hidden(c)) {
-        return Err(ApiError::invalid(
-            "invalid_image_url",
-            "image_url must be a path starting with / or an http(s) URL",
-        ));
-    }
-    Ok(value)
-}
-
-pub(in crate::http) fn guard(value: &str) -> Result<Guard, ApiError> {
-    Guard::parse(value).map_err(|e| ApiError::invalid("invalid_guard", e.to_string()))
-}
-
-/// The audit log's words for a new event: its id, title and guard, if any.
-pub(in crate::http) fn created_event_action(event: &SaleEvent) -> String {
-    let action = format!("created event {} \"{}\"", event.id, event.title);
-    match event.guard {
-        Guard::None => action,
-        guard => format!("{action} guarded by {}", guard.as_str()),
-    }
-}
-
-pub(in crate::http) fn per_user_limit(value: i64) -> Result<u32, ApiError> {
-    Quantity::parse(value)
-        .map(Quantity::get)
-        .map_err(|_| ApiError::invalid("invalid_limit", "per_user_limit must be 1 to 100"))
-}
-
-/// Who changed something through the admin API: the admin token's fingerprint (the first
-/// hex digits of its SHA-256), which tells tokens apart across a rotation without revealing one.
-pub(in crate::http) fn api_actor(state: &AppState) -> String {
-    let digest = Sha256::digest(state.auth.admin_token.expose().as_bytes());
-    let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-    format!("token {hex}")
-}
-
-/// Writes an operator's change to the audit log. The change is already made, so a log that
-/// cannot be written is reported in the server's log instead of failing the request.
-pub(in crate::http) async fn record_audit(state: &AppState, actor: &str, action: String) {
-    let entry = AuditEntry {
-        actor: actor.to_owned(),
-        action,
-        at: state.sale.now(),
-    };
-    if let Err(e) = state.store.record_audit(&entry).await {
-        tracing::error!(error = %e, action = %entry.action, "could not write the audit log");
-    }
-}
-
-/// How many of the latest audit log entries `GET /api/v1/admin/audit` answers.
-pub(in crate::http) const AUDIT_SHOWN: i64 = 200;
 
 #[utoipa::path(
     get,
@@ -217,7 +118,7 @@ async fn audit_log(
     _: AdminAuth,
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<AuditView>>, ApiError> {
-    let entries = state.store.audit_log(AUDIT_SHOWN).await?;
+    let entries = state.sale.audit_log().await?;
     Ok(AppJson(
         entries
             .into_iter()
@@ -259,17 +160,20 @@ async fn create_event(
     State(state): State<AppState>,
     AppJson(body): AppJson<NewEvent>,
 ) -> Result<(StatusCode, AppJson<EventView>), ApiError> {
-    let window = window(body.starts_at, body.ends_at)?;
-    let title = match body.title {
-        Some(title) => text(title, "title", 100)?,
-        None => crate::clock::local_time_of_day(window.start),
+    let input = NewEventInput {
+        window: window(body.starts_at, body.ends_at)?,
+        title: body.title.as_deref().map(EventTitle::parse).transpose()?,
+        guard: body
+            .guard
+            .as_deref()
+            .map(guard)
+            .transpose()?
+            .unwrap_or_default(),
     };
-    let guard = body.guard.as_deref().map(guard).transpose()?;
     let event = state
         .sale
-        .create_event(&title, window, guard.unwrap_or_default())
+        .create_event(&token_operator(&state), input)
         .await?;
-    record_audit(&state, &api_actor(&state), created_event_action(&event)).await;
     Ok((
         StatusCode::CREATED,
         AppJson(EventView::new(&event, state.sale.now())),
@@ -306,11 +210,8 @@ async fn update_event(
 ) -> Result<AppJson<EventView>, ApiError> {
     let event = match body.guard.as_deref().map(guard).transpose()? {
         Some(guard) => {
-            let controlled = state.sale.set_event_guard(id, guard).await?;
-            if let Some(action) = guard_action(&controlled) {
-                record_audit(&state, &api_actor(&state), action).await;
-            }
-            controlled.value
+            let by = token_operator(&state);
+            state.sale.set_event_guard(&by, id, guard).await?.value
         }
         None => state
             .sale
@@ -319,18 +220,6 @@ async fn update_event(
             .ok_or_else(|| ApiError::not_found("unknown_event", "no such sale event"))?,
     };
     Ok(AppJson(EventView::new(&event, state.sale.now())))
-}
-
-/// The audit log's words for a change of an event's guard, or `None` for a repeat.
-pub(in crate::http) fn guard_action(controlled: &Controlled<SaleEvent>) -> Option<String> {
-    let event = &controlled.value;
-    controlled.changed.then(|| {
-        format!(
-            "set the guard of event {} to {}",
-            event.id,
-            event.guard.as_str()
-        )
-    })
 }
 
 /// A product to put on sale; without its own window it sells during its event's.
@@ -365,12 +254,7 @@ async fn create_product(
     State(state): State<AppState>,
     AppJson(body): AppJson<NewProduct>,
 ) -> Result<(StatusCode, AppJson<ProductView>), ApiError> {
-    if !(0..=MAX_STOCK).contains(&body.stock) {
-        return Err(ApiError::invalid(
-            "invalid_stock",
-            format!("stock must be 0 to {MAX_STOCK}"),
-        ));
-    }
+    let stock = Stock::parse(body.stock)?;
     let window = match (body.starts_at, body.ends_at) {
         (Some(start), Some(end)) => Some(window(start, end)?),
         (None, None) => None,
@@ -383,20 +267,18 @@ async fn create_product(
     };
     let input = NewProductInput {
         event_id: body.event_id,
-        name: text(body.name, "name", 200)?,
-        image_url: image_url(
-            body.image_url
-                .unwrap_or_else(|| "/static/img/gift.svg".into()),
-        )?,
-        original_price: price(body.original_price_cents)?,
-        sale_price: price(body.sale_price_cents)?,
-        stock: body.stock,
-        per_user_limit: body.per_user_limit.map(per_user_limit).transpose()?,
+        name: ProductName::parse(&body.name)?,
+        image_url: body.image_url.as_deref().map(ImageUrl::parse).transpose()?,
+        original_price: Money::price(body.original_price_cents)?,
+        sale_price: Money::price(body.sale_price_cents)?,
+        stock,
+        per_user_limit: body.per_user_limit.map(PerUserLimit::parse).transpose()?,
         window,
     };
-    let product = state.sale.create_product(input).await?;
-    let action = format!("created product {} \"{}\"", product.id.0, product.name);
-    record_audit(&state, &api_actor(&state), action).await;
+    let product = state
+        .sale
+        .create_product(&token_operator(&state), input)
+        .await?;
     let view = ProductView::new(&product, product.stock, state.sale.now());
     Ok((StatusCode::CREATED, AppJson(view)))
 }
@@ -448,16 +330,17 @@ async fn update_product(
         )?),
     };
     let changes = ProductChanges {
-        name: body.name.map(|n| text(n, "name", 200)).transpose()?,
-        image_url: body.image_url.map(image_url).transpose()?,
-        original_price: body.original_price_cents.map(price).transpose()?,
-        sale_price: body.sale_price_cents.map(price).transpose()?,
-        per_user_limit: body.per_user_limit.map(per_user_limit).transpose()?,
+        name: body.name.as_deref().map(ProductName::parse).transpose()?,
+        image_url: body.image_url.as_deref().map(ImageUrl::parse).transpose()?,
+        original_price: body.original_price_cents.map(Money::price).transpose()?,
+        sale_price: body.sale_price_cents.map(Money::price).transpose()?,
+        per_user_limit: body.per_user_limit.map(PerUserLimit::parse).transpose()?,
         window,
     };
-    let product = state.sale.update_product(id, changes).await?;
-    let action = format!("changed product {}", id.0);
-    record_audit(&state, &api_actor(&state), action).await;
+    let product = state
+        .sale
+        .update_product(&token_operator(&state), id, changes)
+        .await?;
     let remaining = state.sale.remaining(&product).await;
     Ok(AppJson(ProductView::new(
         &product,
@@ -466,7 +349,7 @@ async fn update_product(
     )))
 }
 
-pub(in crate::http) fn datetime(ms: Millis) -> DateTime<Utc> {
+fn datetime(ms: Millis) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
@@ -497,15 +380,11 @@ async fn add_stock(
     AppPath(id): AppPath<i64>,
     AppJson(body): AppJson<StockIncrease>,
 ) -> Result<AppJson<ProductView>, ApiError> {
-    if !(1..=MAX_STOCK).contains(&body.quantity) {
-        return Err(ApiError::invalid(
-            "invalid_quantity",
-            format!("quantity must be 1 to {MAX_STOCK}"),
-        ));
-    }
-    let product = state.sale.add_stock(ProductId(id), body.quantity).await?;
-    let action = format!("added {} units to product {id}", body.quantity);
-    record_audit(&state, &api_actor(&state), action).await;
+    let units = AddedStock::parse(body.quantity)?;
+    let product = state
+        .sale
+        .add_stock(&token_operator(&state), ProductId(id), units)
+        .await?;
     let remaining = state.sale.remaining(&product).await;
     Ok(AppJson(ProductView::new(
         &product,
@@ -514,28 +393,12 @@ async fn add_stock(
     )))
 }
 
-/// The audit log's words for a control, `{verb} {what} {id}` (e.g. `paused product 7`), or
-/// `None` for a repeat that changed nothing, which is not logged.
-pub(in crate::http) fn control_action<T>(
-    controlled: &Controlled<T>,
-    verb: &str,
-    what: &str,
-    id: i64,
-) -> Option<String> {
-    controlled.changed.then(|| format!("{verb} {what} {id}"))
-}
-
-/// A product control's answer: the product as it is now, written to the audit log if it
-/// changed.
+/// A product control's answer: the product as it is now.
 async fn controlled_product(
     state: &AppState,
     controlled: Controlled<Product>,
-    verb: &str,
 ) -> AppJson<ProductView> {
     let product = &controlled.value;
-    if let Some(action) = control_action(&controlled, verb, "product", product.id.0) {
-        record_audit(state, &api_actor(state), action).await;
-    }
     let remaining = state.sale.remaining(product).await;
     AppJson(ProductView::new(product, remaining, state.sale.now()))
 }
@@ -557,8 +420,9 @@ async fn pause_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<ProductView>, ApiError> {
-    let controlled = state.sale.set_paused(ProductId(id), true).await?;
-    Ok(controlled_product(&state, controlled, "paused").await)
+    let by = token_operator(&state);
+    let controlled = state.sale.set_paused(&by, ProductId(id), true).await?;
+    Ok(controlled_product(&state, controlled).await)
 }
 
 #[utoipa::path(
@@ -578,8 +442,9 @@ async fn resume_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<ProductView>, ApiError> {
-    let controlled = state.sale.set_paused(ProductId(id), false).await?;
-    Ok(controlled_product(&state, controlled, "resumed").await)
+    let by = token_operator(&state);
+    let controlled = state.sale.set_paused(&by, ProductId(id), false).await?;
+    Ok(controlled_product(&state, controlled).await)
 }
 
 #[utoipa::path(
@@ -600,8 +465,9 @@ async fn end_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<ProductView>, ApiError> {
-    let controlled = state.sale.end_product(ProductId(id)).await?;
-    Ok(controlled_product(&state, controlled, "ended").await)
+    let by = token_operator(&state);
+    let controlled = state.sale.end_product(&by, ProductId(id)).await?;
+    Ok(controlled_product(&state, controlled).await)
 }
 
 #[utoipa::path(
@@ -622,9 +488,6 @@ async fn end_event(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<EventView>, ApiError> {
-    let controlled = state.sale.end_event(id).await?;
-    if let Some(action) = control_action(&controlled, "ended", "event", id) {
-        record_audit(&state, &api_actor(&state), action).await;
-    }
+    let controlled = state.sale.end_event(&token_operator(&state), id).await?;
     Ok(AppJson(EventView::new(&controlled.value, state.sale.now())))
 }

@@ -1,15 +1,14 @@
 //! The operator's orders under `/api/v1/admin/orders`, behind the admin token: find orders by
 //! buyer, product and status, read one with the payment provider's words kept for it, and
-//! refund a paid one through the provider. A refund is written to the audit log. The checks of
-//! a search live here once, for the console too.
+//! refund a paid one through the provider, which the sale service records in the audit log.
 
-use super::admin::{api_actor, record_audit};
+use super::admin::token_operator;
 use super::{ErrorBody, OrderView, Rfc3339};
 use crate::domain::{Order, OrderId, OrderStatus, ProductId, UserId};
 use crate::error::{ApiError, AppJson, AppPath, AppQuery};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
-use crate::sale::{OrderRecord, Refund};
+use crate::sale::OrderRecord;
 use crate::store::{KeptPayment, OrderSearch};
 use axum::Router;
 use axum::extract::State;
@@ -31,27 +30,6 @@ const DEFAULT_LIMIT: i64 = 50;
 
 /// The most orders one search answers.
 const MAX_LIMIT: i64 = 200;
-
-/// A status an operator names, or why it is not one.
-pub(in crate::http) fn status(name: &str) -> Result<OrderStatus, ApiError> {
-    OrderStatus::named(name).ok_or_else(|| {
-        ApiError::invalid(
-            "invalid_status",
-            "status must be awaiting_payment, paid, cancelled or refunded",
-        )
-    })
-}
-
-/// What the audit log says of a refund.
-pub(in crate::http) fn refund_action(refund: &Refund) -> String {
-    match refund {
-        Refund::Made(order) => format!("refunded order {}", order.id),
-        Refund::Due(order) => format!(
-            "refunded order {} (the payment provider's refund is pending)",
-            order.id
-        ),
-    }
-}
 
 /// An order as the operator sees it: the buyer's view and who the buyer is.
 #[derive(Serialize, ToSchema)]
@@ -175,7 +153,11 @@ async fn search_orders(
     let search = OrderSearch {
         user: query.user_id.map(UserId),
         product: query.product_id.map(ProductId),
-        status: query.status.as_deref().map(status).transpose()?,
+        status: query
+            .status
+            .as_deref()
+            .map(OrderStatus::named)
+            .transpose()?,
         before: query.before.map(OrderId),
         limit,
     };
@@ -232,8 +214,7 @@ async fn refund_order(
     AppPath(id): AppPath<i64>,
 ) -> Result<(StatusCode, AppJson<OrderDetail>), ApiError> {
     let id = OrderId(id);
-    let refund = state.sale.refund_paid(id).await?;
-    record_audit(&state, &api_actor(&state), refund_action(&refund)).await;
+    state.sale.refund_paid(&token_operator(&state), id).await?;
     // Read again: the ticker may have made a pending refund meanwhile.
     let record = state.sale.order_record(id).await?;
     let status = if record.refund_due() {

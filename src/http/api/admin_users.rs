@@ -2,19 +2,17 @@
 //! by name, and disable an abusive one or enable it again. Disabling refuses the account's
 //! sign-ins and ends every session it holds, on this server at once and on every other within
 //! a second (`auth::revocation`); enabling lets its owner sign in again, while the tokens it
-//! held before stay refused. Each change is written to the audit log. The changes live here
-//! once, for the console too.
-//!
-//! Accounts are not deleted: orders, payments and kept pay answers name their buyer's id, and
-//! a disabled account keeps them readable while it can do nothing.
+//! held before stay refused. The sale service makes each change and records it in the audit
+//! log; [`disable`], which also cuts the account off on this server at once, is shared with
+//! the console.
 
-use super::admin::{api_actor, record_audit};
+use super::admin::token_operator;
 use super::{ErrorBody, Rfc3339};
-use crate::domain::UserId;
+use crate::domain::{NamePrefix, Operator, UserId};
 use crate::error::{ApiError, AppJson, AppPath, AppQuery};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
-use crate::store::{UserAccount, UserCutoff, UserSearch};
+use crate::store::{UserAccount, UserCutoff};
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
@@ -34,9 +32,6 @@ const DEFAULT_LIMIT: i64 = 50;
 
 /// The most accounts one search answers.
 const MAX_LIMIT: i64 = 200;
-
-/// The longest name prefix worth searching for: a username's length.
-const MAX_NAME: usize = 32;
 
 /// An account as the operator sees it.
 #[derive(Serialize, ToSchema)]
@@ -75,36 +70,12 @@ struct SearchQuery {
     limit: Option<i64>,
 }
 
-/// The accounts whose names begin with `name` (every account when it is empty), newest first,
-/// at most `limit`.
-pub(in crate::http) async fn find(
-    state: &AppState,
-    name: &str,
-    limit: i64,
-) -> Result<Vec<UserAccount>, ApiError> {
-    let name = name.trim().to_ascii_lowercase();
-    if name.len() > MAX_NAME {
-        return Err(ApiError::invalid(
-            "invalid_name",
-            format!("a username has at most {MAX_NAME} characters"),
-        ));
-    }
-    let search = UserSearch {
-        name_prefix: Some(name.as_str()).filter(|name| !name.is_empty()),
-        limit,
-    };
-    Ok(state.store.search_users(&search).await?)
-}
-
-fn unknown_user() -> ApiError {
-    ApiError::not_found("unknown_user", "no such user")
-}
-
-/// Disables an account, audited as done by `actor`: its sign-ins are refused, and every token
-/// it holds at once here and within a second on every other server. A repeat changes nothing.
+/// Disables an account for `by`: its sign-ins are refused, and every token it holds at once
+/// here and within a second on every other server (which read the cut-off from the
+/// database). A repeat changes nothing.
 pub(in crate::http) async fn disable(
     state: &AppState,
-    actor: &str,
+    by: &Operator,
     id: UserId,
 ) -> Result<UserAccount, ApiError> {
     let now = state.sale.now();
@@ -113,39 +84,14 @@ pub(in crate::http) async fn disable(
         cut_at: now,
         expires_at: now.saturating_add(state.auth.tokens.ttl_ms()),
     };
-    let (user, disabled) = state
-        .store
-        .disable_user(&cutoff)
-        .await?
-        .ok_or_else(unknown_user)?;
-    if disabled {
+    let disabled = state.sale.disable_user(by, &cutoff).await?;
+    if disabled.changed {
         state
             .auth
             .revoked
             .cut_off(id, cutoff.cut_at, cutoff.expires_at);
-        let action = format!("disabled user {} \"{}\"", user.id.0, user.username);
-        record_audit(state, actor, action).await;
     }
-    Ok(user)
-}
-
-/// Enables an account again, audited as done by `actor`; the tokens cut off when it was
-/// disabled stay refused. A repeat changes nothing.
-pub(in crate::http) async fn enable(
-    state: &AppState,
-    actor: &str,
-    id: UserId,
-) -> Result<UserAccount, ApiError> {
-    let (user, enabled) = state
-        .store
-        .enable_user(id)
-        .await?
-        .ok_or_else(unknown_user)?;
-    if enabled {
-        let action = format!("enabled user {} \"{}\"", user.id.0, user.username);
-        record_audit(state, actor, action).await;
-    }
-    Ok(user)
+    Ok(disabled.value)
 }
 
 #[utoipa::path(
@@ -172,7 +118,8 @@ async fn search_users(
             format!("limit must be 1 to {MAX_LIMIT}"),
         ));
     }
-    let found = find(&state, query.name.as_deref().unwrap_or(""), limit).await?;
+    let name = NamePrefix::parse(query.name.as_deref().unwrap_or(""))?;
+    let found = state.sale.users(&name, limit).await?;
     Ok(AppJson(found.into_iter().map(AccountView::from).collect()))
 }
 
@@ -196,7 +143,7 @@ async fn disable_user(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<AccountView>, ApiError> {
-    let user = disable(&state, &api_actor(&state), UserId(id)).await?;
+    let user = disable(&state, &token_operator(&state), UserId(id)).await?;
     Ok(AppJson(user.into()))
 }
 
@@ -219,6 +166,7 @@ async fn enable_user(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<AccountView>, ApiError> {
-    let user = enable(&state, &api_actor(&state), UserId(id)).await?;
-    Ok(AppJson(user.into()))
+    let by = token_operator(&state);
+    let enabled = state.sale.enable_user(&by, UserId(id)).await?;
+    Ok(AppJson(enabled.value.into()))
 }

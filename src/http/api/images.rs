@@ -3,7 +3,7 @@
 //! The route takes bodies up to `max_image_bytes` instead of the app-wide `max_body_bytes`.
 
 use super::ErrorBody;
-use super::admin::{api_actor, record_audit};
+use super::admin::token_operator;
 use crate::error::{ApiError, AppJson};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
@@ -77,13 +77,12 @@ async fn upload(
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let (image, new) = state
-        .images
-        .put(content_type, body?, state.sale.now())
+    let image = state.images.check(content_type, body?)?;
+    let new = state
+        .sale
+        .upload_image(&token_operator(&state), &image)
         .await?;
     let status = if new {
-        let action = format!("uploaded image {}", image.id);
-        record_audit(&state, &api_actor(&state), action).await;
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -94,5 +93,6 @@ async fn upload(
         content_type: image.format.content_type().to_owned(),
         bytes: image.len(),
     };
+    state.images.kept(image);
     Ok((status, AppJson(view)))
 }

@@ -13,7 +13,7 @@ mod known;
 
 use super::AppState;
 use super::assets::not_modified;
-use crate::domain::{Image, ImageId, Millis};
+use crate::domain::{Image, ImageId};
 use crate::error::{ApiError, AppPath};
 use crate::store::{Store, StoreResult};
 use axum::Router;
@@ -65,14 +65,9 @@ impl Images {
         self.max_bytes
     }
 
-    /// Checks an upload (its size, its declared type and that its bytes are of that type) and
-    /// keeps it: the image, and whether it is new rather than the same bytes kept already.
-    pub async fn put(
-        &self,
-        content_type: Option<&str>,
-        bytes: Bytes,
-        now: Millis,
-    ) -> Result<(Image, bool), ApiError> {
+    /// Checks an upload: its size, its declared type and that its bytes are of that type.
+    /// The sale service keeps it (and records who uploaded it); then [`Self::kept`].
+    pub fn check(&self, content_type: Option<&str>, bytes: Bytes) -> Result<Image, ApiError> {
         if bytes.len() > self.max_bytes {
             return Err(ApiError::client(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -80,11 +75,13 @@ impl Images {
                 format!("the image is over the limit of {} bytes", self.max_bytes),
             ));
         }
-        let image = Image::parse(content_type, bytes)?;
-        let new = self.store.put_image(&image, now).await?;
+        Ok(Image::parse(content_type, bytes)?)
+    }
+
+    /// Takes note of an image the store keeps now, so it is served without a query.
+    pub fn kept(&self, image: Image) {
         self.known.add(image.id);
-        self.cache().insert(image.clone());
-        Ok((image, new))
+        self.cache().insert(image);
     }
 
     /// The image `id`, from memory when it can be; `None` when there is none.
