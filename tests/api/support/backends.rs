@@ -161,10 +161,6 @@ pub fn require(need: Need) {
     );
 }
 
-fn server_url() -> Option<String> {
-    backends().database_server.clone()
-}
-
 /// Whether a database named `seckill_t_<pid>_…` belongs to a test process that has ended: only
 /// those are dropped, so two test runs on one machine leave each other's databases alone.
 fn of_an_ended_run(name: &str) -> bool {
@@ -206,7 +202,7 @@ impl TestDatabase {
     /// A new, empty database for one test.
     pub async fn fresh() -> Self {
         sqlx::any::install_default_drivers();
-        let Some(server) = server_url() else {
+        let Some(server) = backends().database_server.clone() else {
             let dir = tempfile::tempdir().unwrap();
             let url = format!("sqlite://{}", dir.path().join("seckill.db").display());
             return Self {
