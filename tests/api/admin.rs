@@ -1,6 +1,6 @@
 //! The operator's API: only with the admin token, and only valid changes.
 
-use crate::helpers::{TestApp, code, rfc3339, status_and_json};
+use crate::support::{TestApp, code, rfc3339, status_and_json};
 use reqwest::StatusCode;
 use serde_json::json;
 

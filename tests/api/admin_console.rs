@@ -3,34 +3,14 @@
 //! and the live dashboard with its stream: units in flight and the outbox while no worker
 //! stores them, the queues, the gate's drift from the database, every server's buys.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, TestApp, TextOfAnswer, client_builder, rfc3339, within_spread};
-use crate::shared_gate::{fresh_prefix, local_amqp, server_on_with};
-use reqwest::cookie::{CookieStore, Jar};
+use crate::support::TestDatabase;
+use crate::support::operator::{
+    Operator, browser, browser_builder, csrf_of, operator, operator_with, sign_in,
+};
+use crate::support::{ADMIN_TOKEN, TestApp, TextOfAnswer, client_builder, rfc3339, within_spread};
+use crate::support::{fresh_prefix, local_amqp, server_on_with};
 use reqwest::{Client, StatusCode};
 use std::sync::Arc;
-
-/// A browser on `app`'s pages: keeps cookies, follows redirects, and says where its requests
-/// come from, as a browser does (`Origin`).
-pub fn browser(app: &TestApp) -> Client {
-    browser_builder(app).build().unwrap()
-}
-
-/// The builder of [`browser`], to change more.
-pub fn browser_builder(app: &TestApp) -> reqwest::ClientBuilder {
-    let mut origin = reqwest::header::HeaderMap::new();
-    origin.insert("origin", app.base.parse().unwrap());
-    client_builder().cookie_store(true).default_headers(origin)
-}
-
-/// The CSRF token of the first form on a page.
-pub fn csrf_of(page: &str) -> String {
-    let start = page
-        .find(r#"name="csrf" value=""#)
-        .expect("a form with a CSRF token")
-        + 19;
-    page[start..].split('"').next().unwrap().to_owned()
-}
 
 /// A console time, `datetime-local` in UTC, `offset_ms` from the server's now.
 fn form_time(app: &TestApp, offset_ms: i64) -> String {
@@ -38,55 +18,6 @@ fn form_time(app: &TestApp, offset_ms: i64) -> String {
         .unwrap()
         .format("%Y-%m-%dT%H:%M")
         .to_string()
-}
-
-pub async fn sign_in(app: &TestApp, browser: &Client, token: &str) -> reqwest::Response {
-    browser
-        .post(app.url("/admin/login"))
-        .form(&[("token", token)])
-        .send()
-        .await
-        .unwrap()
-}
-
-/// An operator signed in to a console: a browser holding the session cookie, and the CSRF
-/// token every form of the session carries.
-pub struct Operator {
-    pub browser: Client,
-    pub csrf: String,
-    jar: Arc<Jar>,
-}
-
-impl Operator {
-    /// The session cookie as a `Cookie` header value, to copy into another client.
-    pub fn cookie(&self, app: &TestApp) -> String {
-        let cookies = self.jar.cookies(&app.url("/admin/").parse().unwrap());
-        cookies
-            .expect("a session cookie")
-            .to_str()
-            .unwrap()
-            .to_owned()
-    }
-}
-
-/// Signs in to `app`'s console with the admin token, in a browser of [`browser_builder`].
-pub async fn operator(app: &TestApp) -> Operator {
-    operator_with(app, browser_builder(app)).await
-}
-
-/// Signs in to `app`'s console with the admin token, in a browser built by `builder` (its
-/// cookies kept in the operator's jar); reads the session's CSRF token off a console page.
-pub async fn operator_with(app: &TestApp, builder: reqwest::ClientBuilder) -> Operator {
-    let jar = Arc::new(Jar::default());
-    let browser = builder.cookie_provider(jar.clone()).build().unwrap();
-    let signed_in = sign_in(app, &browser, ADMIN_TOKEN).await.status();
-    assert!(
-        signed_in == StatusCode::OK || signed_in == StatusCode::SEE_OTHER,
-        "{signed_in}"
-    );
-    let page = browser.get(app.url("/admin/audit")).send().await.unwrap();
-    let csrf = csrf_of(&page.text().await.unwrap());
-    Operator { browser, csrf, jar }
 }
 
 #[tokio::test]
@@ -441,11 +372,6 @@ fn buys(event: &serde_json::Value, outcome: &str) -> Option<serde_json::Value> {
         .map(|b| b[1].clone())
 }
 
-/// Whether this run puts the gate in Redis.
-fn clustered() -> bool {
-    std::env::var("SECKILL_TEST_REDIS").is_ok_and(|v| v == "1")
-}
-
 #[tokio::test]
 async fn the_dashboard_needs_a_session() {
     let app = TestApp::spawn().await;
@@ -524,7 +450,8 @@ async fn the_dashboard_stream_counts_sold_and_refused_buys() {
     assert_eq!(line["paid"], 1, "{line}");
     assert_eq!(buys(event, "accepted"), Some(2.into()), "{event}");
     assert_eq!(buys(event, "limit_reached"), Some(1.into()), "{event}");
-    let (from, queues) = match (clustered(), crate::backend::amqp().is_some()) {
+    let run = crate::support::backends::backends();
+    let (from, queues) = match (run.gate_in_redis, run.relay_through_amqp) {
         (false, _) => ("this_server", 0),
         (true, false) => ("all_servers", 0),
         (true, true) => ("all_servers", 6),
@@ -596,7 +523,7 @@ async fn the_console_pauses_resumes_and_ends_a_sale_and_ends_an_event() {
     assert!(shown.contains(&format!(r#"action="{product_page}/resume""#)));
     let (status, body) = app.buy(&buyers[0], product, 1).await;
     assert_eq!(
-        (status, crate::helpers::code(&body)),
+        (status, crate::support::code(&body)),
         (StatusCode::FORBIDDEN, "sale_paused")
     );
 
@@ -615,7 +542,7 @@ async fn the_console_pauses_resumes_and_ends_a_sale_and_ends_an_event() {
     assert!(!shown.contains("/end\""), "an ended sale offers no end");
     let (status, body) = app.buy(&buyers[1], product, 1).await;
     assert_eq!(
-        (status, crate::helpers::code(&body)),
+        (status, crate::support::code(&body)),
         (StatusCode::FORBIDDEN, "ended")
     );
 
@@ -763,7 +690,7 @@ async fn the_dashboard_of_one_server_counts_the_buys_of_every_server() {
     );
     let (status, body) = second.buy(&tokens[0], product, 1).await;
     assert_eq!(
-        (status, crate::helpers::code(&body)),
+        (status, crate::support::code(&body)),
         (StatusCode::CONFLICT, "limit_reached")
     );
 

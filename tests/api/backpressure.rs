@@ -4,9 +4,9 @@
 //! accepted and dropped; once the database catches up every accepted order is stored once and
 //! the refused buyers can buy.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, code, status_and_json};
-use crate::shared_gate::{fresh_prefix, local_amqp, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::{TestApp, code, status_and_json};
+use crate::support::{fresh_prefix, local_amqp, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::store::sql::Dialect;
@@ -106,10 +106,10 @@ async fn past_the_backlog_bound_buys_are_refused_and_every_accepted_order_is_sto
     // Cluster mode: the outbox holds BOUND, exactly, with no worker to empty it. Embedded mode:
     // the group commit's queue holds BOUND, and the writer has taken one order into each of its
     // two batches in flight.
-    let cluster = match crate::backend::redis().await {
+    let cluster = match crate::support::backends::redis().await {
         Some(_) => {
             let prefix = fresh_prefix();
-            let amqp = crate::backend::amqp().map(|_| local_amqp(&prefix));
+            let amqp = crate::support::backends::amqp().map(|_| local_amqp(&prefix));
             Some((prefix, amqp))
         }
         None => None,

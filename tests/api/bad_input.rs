@@ -1,6 +1,6 @@
 //! Bad input gets a clear 4xx JSON error and changes nothing.
 
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, status_and_json};
+use crate::support::{ADMIN_TOKEN, TestApp, code, status_and_json};
 use reqwest::StatusCode;
 use seckill::domain::{UserId, Username};
 
@@ -266,8 +266,8 @@ impl Probe {
 async fn every_route_refuses_what_it_cannot_read_in_the_error_shape() {
     let app = TestApp::spawn().await;
     let product = app.live_product(10, 1).await;
-    let browser = crate::admin_console::browser(&app);
-    let signed_in = crate::admin_console::sign_in(&app, &browser, ADMIN_TOKEN).await;
+    let browser = crate::support::operator::browser(&app);
+    let signed_in = crate::support::operator::sign_in(&app, &browser, ADMIN_TOKEN).await;
     assert_eq!(signed_in.status(), StatusCode::OK);
     let shopper = app.users(1).await.remove(0);
     let too_big = vec![b'x'; 64 * 1024];

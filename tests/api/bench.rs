@@ -1,7 +1,7 @@
 //! `seckill bench` run as a user runs it, against a test server: it must fire, report, and
 //! find every invariant holding (it exits non-zero on a FAIL).
 
-use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp};
+use crate::support::{ADMIN_TOKEN, SECRET, TestApp};
 use seckill::clock::SystemClock;
 use std::process::{Command, Output};
 use std::sync::Arc;

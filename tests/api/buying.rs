@@ -1,6 +1,6 @@
 //! The flash-sale invariants under real concurrency: thousands of buyers at once over HTTP.
 
-use crate::helpers::{TestApp, code};
+use crate::support::{TestApp, code};
 use reqwest::StatusCode;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -191,8 +191,8 @@ async fn buys_outside_the_sale_window_are_refused() {
                 "/api/v1/admin/products",
                 serde_json::json!({
                     "name": "Later", "original_price_cents": 100, "sale_price_cents": 50,
-                    "stock": 5, "starts_at": crate::helpers::rfc3339(start),
-                    "ends_at": crate::helpers::rfc3339(end),
+                    "stock": 5, "starts_at": crate::support::rfc3339(start),
+                    "ends_at": crate::support::rfc3339(end),
                 }),
             )
             .await;
@@ -212,8 +212,8 @@ async fn a_sale_opens_by_itself_at_its_start() {
             "/api/v1/admin/products",
             serde_json::json!({
                 "name": "Soon", "original_price_cents": 100, "sale_price_cents": 50, "stock": 5,
-                "starts_at": crate::helpers::rfc3339(now + 10_000),
-                "ends_at": crate::helpers::rfc3339(now + 20_000),
+                "starts_at": crate::support::rfc3339(now + 10_000),
+                "ends_at": crate::support::rfc3339(now + 20_000),
             }),
         )
         .await;
@@ -238,8 +238,8 @@ async fn products_far_in_the_future_are_preheated_by_the_scheduler_before_they_s
             "/api/v1/admin/products",
             serde_json::json!({
                 "name": "Tomorrow", "original_price_cents": 100, "sale_price_cents": 50,
-                "stock": 5, "starts_at": crate::helpers::rfc3339(now + 3_600_000),
-                "ends_at": crate::helpers::rfc3339(now + 7_200_000),
+                "stock": 5, "starts_at": crate::support::rfc3339(now + 3_600_000),
+                "ends_at": crate::support::rfc3339(now + 7_200_000),
             }),
         )
         .await;

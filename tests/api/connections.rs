@@ -4,8 +4,8 @@
 //! are cut off at their deadlines, and a flood of stalled connections is shed, oldest first,
 //! before it can take the file descriptors the server needs to answer.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp};
+use crate::support::TestDatabase;
+use crate::support::{ADMIN_TOKEN, SECRET, TestApp};
 use axum::Router;
 use axum::routing::{get, post};
 use seckill::http::server::{PARK_AFTER, RESERVED_FILES, Serve, listen, serve};

@@ -3,7 +3,7 @@
 //! with a manual clock, never slept through; only the server's own once-a-second sweep is
 //! waited for.
 
-use crate::helpers::{TestApp, code};
+use crate::support::{TestApp, code};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;

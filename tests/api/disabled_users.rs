@@ -3,12 +3,12 @@
 //! and on a server started later; it cannot sign in or buy; enabling it lets its owner sign in
 //! again while the old tokens stay dead. Nobody but the operator can do it.
 
-use crate::admin_console::{Operator, operator};
-use crate::helpers::{
+use crate::support::operator::{Operator, operator};
+use crate::support::orders_status;
+use crate::support::{
     ADMIN_TOKEN, TestApp, code, once_the_gate_reopens, register, sign_in, status_and_json,
     try_sign_in, within_spread,
 };
-use crate::sign_out::orders_status;
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use serde_json::{Value, json};

@@ -2,8 +2,8 @@
 //! cookie-authenticated change must come from this site's own pages (`Origin`, else `Referer`).
 //! A bearer-token client is not a browser and is not affected.
 
-use crate::admin_console::{Operator, operator};
-use crate::helpers::{ADMIN_TOKEN, TestApp, TextOfAnswer, code, status_and_json};
+use crate::support::operator::{Operator, operator};
+use crate::support::{ADMIN_TOKEN, TestApp, TextOfAnswer, code, status_and_json};
 use reqwest::StatusCode;
 use serde_json::json;
 

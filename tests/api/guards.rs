@@ -4,10 +4,10 @@
 //! unguarded sale is unaffected; a token from one server buys on another; the operator sets
 //! the guard in the console and the API; registration can ask for the puzzle too.
 
-use crate::admin_console::{Operator, operator};
-use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, rfc3339, status_and_json};
-use crate::shared_gate::{fresh_prefix, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::operator::{Operator, operator};
+use crate::support::{ADMIN_TOKEN, TestApp, code, rfc3339, status_and_json};
+use crate::support::{fresh_prefix, server_on_with};
 use reqwest::StatusCode;
 use seckill_bench::solve;
 use serde_json::{Value, json};

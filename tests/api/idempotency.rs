@@ -3,9 +3,9 @@
 //! order was cancelled; the key reused for another buy, by another buyer, or malformed. A retry
 //! gets the first order, and the stock is taken once.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, code, once_the_gate_reopens, status_and_json};
-use crate::shared_gate::{delete_keys, fresh_prefix, redis_url, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::{TestApp, code, once_the_gate_reopens, status_and_json};
+use crate::support::{delete_keys, fresh_prefix, redis_url, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::domain::{IdempotencyKey, Money, Order, OrderId, OrderStatus, ProductId, Quantity};

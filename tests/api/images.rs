@@ -2,9 +2,9 @@
 //! served by the binary at `/images/{id}` with their type, forever cacheable, and never as
 //! anything that could run.
 
-use crate::admin_console::{Operator, operator};
-use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, TestApp, TextOfAnswer, code, rfc3339, status_and_json};
+use crate::support::TestDatabase;
+use crate::support::operator::{Operator, operator};
+use crate::support::{ADMIN_TOKEN, TestApp, TextOfAnswer, code, rfc3339, status_and_json};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use reqwest::multipart::{Form, Part};

@@ -1,9 +1,9 @@
 //! One integration test binary: every test starts the real server on port 0 with its own
-//! database (SQLite, PostgreSQL or MySQL: see `backend.rs`) and talks to it over HTTP.
+//! database (SQLite, PostgreSQL or MySQL: see `support/backends.rs`) and talks to it over HTTP.
+//! What the tests share is in `support/`; each other file holds tests.
 
 mod admin;
 mod admin_console;
-mod backend;
 mod backpressure;
 mod bad_input;
 mod bench;
@@ -14,7 +14,6 @@ mod disabled_users;
 mod faults;
 mod forged_requests;
 mod guards;
-mod helpers;
 mod idempotency;
 mod images;
 mod metrics;
@@ -25,7 +24,6 @@ mod pages;
 mod payment_faults;
 mod payments;
 mod pipeline;
-mod private_redis;
 mod processes;
 mod rabbitmq_restart;
 mod rate_limits;
@@ -34,8 +32,8 @@ mod redis_restart;
 mod refunds;
 mod restart;
 mod sale_controls;
-mod sandbox;
 mod sessions;
 mod shared_gate;
 mod sign_out;
 mod store;
+mod support;

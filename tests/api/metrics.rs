@@ -3,9 +3,9 @@
 //! gauges labelled by product may be set by another test's product of the same id meanwhile,
 //! so a test scrapes until they show its own figures.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, status_and_json};
-use crate::shared_gate::{fresh_prefix, local_amqp, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::{ADMIN_TOKEN, TestApp, code, status_and_json};
+use crate::support::{fresh_prefix, local_amqp, server_on_with};
 use reqwest::StatusCode;
 use std::sync::Arc;
 
@@ -101,7 +101,7 @@ async fn metrics_count_the_buys_by_outcome_and_the_requests_by_route_and_status(
     assert!(outcome("sold_out") >= 1.0, "{after}");
     // Embedded mode stores each accepted order by group commit, cluster mode by the worker
     // (this test server runs one).
-    let clustered = std::env::var("SECKILL_TEST_REDIS").is_ok_and(|v| v == "1");
+    let clustered = crate::support::backends::backends().gate_in_redis;
     let stored = [("writer", if clustered { "worker" } else { "group_commit" })];
     assert!(
         increase("seckill_order_batch_size_sum", &stored) >= 3.0,

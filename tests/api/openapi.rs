@@ -4,7 +4,7 @@
 //! axum cannot list a router's routes, so the routes are read from the source, as
 //! `tests/layers.rs` reads it: every `.route("/api/v1/…", method(…)…)` call under `src/http`.
 
-use crate::helpers::TestApp;
+use crate::support::TestApp;
 use reqwest::StatusCode;
 use std::collections::BTreeSet;
 use std::fs;

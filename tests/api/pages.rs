@@ -1,7 +1,7 @@
 //! The pages render, are cacheable, and every asset comes from the binary.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, code, rfc3339, status_and_json, test_config};
+use crate::support::TestDatabase;
+use crate::support::{TestApp, code, rfc3339, status_and_json, test_config};
 use reqwest::StatusCode;
 use seckill::clock::{Clock, ManualClock, SystemClock};
 use std::sync::Arc;
@@ -71,7 +71,7 @@ async fn the_demo_sale_renders_with_its_products_and_the_orders_page_needs_a_ses
     assert!(app.page("/login").await.contains("alice-password"));
     assert!(html.contains("data-product-id"));
 
-    let redirect = crate::helpers::client_builder()
+    let redirect = crate::support::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap()
@@ -140,7 +140,7 @@ async fn the_sale_page_shows_a_paused_product_as_paused_in_either_language() {
         let request = app
             .client
             .post(app.url(&format!("/api/v1/admin/products/{product}/{action}")))
-            .bearer_auth(crate::helpers::ADMIN_TOKEN);
+            .bearer_auth(crate::support::ADMIN_TOKEN);
         async move { assert_eq!(request.send().await.unwrap().status(), StatusCode::OK) }
     };
     pause("pause").await;
@@ -308,7 +308,7 @@ async fn each_page_is_in_one_language_chosen_by_accept_language_or_the_cookie() 
 #[tokio::test]
 async fn the_language_switch_keeps_the_choice_in_a_cookie_and_goes_back() {
     let app = TestApp::spawn().await;
-    let client = crate::helpers::client_builder()
+    let client = crate::support::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();

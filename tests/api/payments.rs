@@ -4,8 +4,8 @@
 //! deadline sweep asks the provider before it cancels. Each test runs on every backend
 //! combination of the suite. Time is moved with a manual clock.
 
-use crate::helpers::{TestApp, code};
-use crate::sandbox::{Params, param, resign, wap};
+use crate::support::sandbox::{Params, WINDOW_MS, param, resign, sold, wap};
+use crate::support::{TestApp, code};
 use reqwest::StatusCode;
 use seckill::clock::Clock;
 use seckill::config::ProviderKind;
@@ -14,16 +14,6 @@ use seckill::payment::alipay::sign::AppKey;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-pub(crate) const WINDOW_MS: i64 = 15 * 60 * 1000;
-
-/// A live product of `stock` units (one per buyer) and one order of one unit for each of `n`
-/// new buyers: (product, [(token, order id)]).
-pub(crate) async fn sold(app: &TestApp, stock: i64, n: usize) -> (i64, Vec<(String, String)>) {
-    let product = app.live_product(stock, 1).await;
-    let tokens = app.users(n).await;
-    (product, app.buy_each(&tokens, product).await)
-}
 
 #[tokio::test]
 async fn a_buyer_pays_on_the_sandbox_checkout_page_and_the_notification_pays_the_order() {

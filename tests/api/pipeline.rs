@@ -2,9 +2,9 @@
 //! rebuilt, an entry no worker can read is set aside without holding up the others, and
 //! RabbitMQ's delay queue cancels an unpaid order by itself.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, code};
-use crate::shared_gate::{fresh_prefix, local_amqp, redis_url, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::{TestApp, code};
+use crate::support::{fresh_prefix, local_amqp, redis_url, server_on_with};
 use reqwest::StatusCode;
 use seckill::config::{Config, ProviderKind};
 use std::sync::Arc;
@@ -113,7 +113,7 @@ async fn an_order_still_in_the_outbox_is_pending_not_missing() {
         .await
         .unwrap();
     assert_eq!(response.headers()["retry-after"], "1");
-    let (status, body) = crate::helpers::status_and_json(response).await;
+    let (status, body) = crate::support::status_and_json(response).await;
     assert_eq!(
         (status, code(&body)),
         (StatusCode::CONFLICT, "order_pending")
@@ -257,7 +257,7 @@ async fn buys_batched_together_are_decided_one_by_one() {
                 buys.push(Order {
                     user_id: UserId(user),
                     created_at: now,
-                    ..crate::store::order(id, product.0, 1)
+                    ..crate::support::orders::order(id, product.0, 1)
                 });
             }
         }

@@ -4,144 +4,17 @@
 //! SIGKILL mid-batch. An in-process server over the same backends mints tokens and reads what
 //! is stored.
 
-use crate::backend::{self, TestDatabase};
-use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp, code};
-use crate::shared_gate::{fresh_prefix, redis_url, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::processes::Cluster;
+use crate::support::redis_url;
+use crate::support::{TestApp, code};
 use reqwest::StatusCode;
-use seckill::config::Config;
 use sqlx::AnyPool;
 use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-
-/// The backends all processes of one test share.
-pub(crate) struct Cluster {
-    pub(crate) db: Arc<TestDatabase>,
-    /// The database URL of the processes, when they reach it another way than the observer
-    /// (through a test's proxy).
-    database_url: Option<String>,
-    /// The Redis of the processes (the observer's is always the local one).
-    redis: String,
-    pub(crate) prefix: String,
-    amqp: Option<(String, String)>,
-}
-
-impl Cluster {
-    pub(crate) fn new(db: Arc<TestDatabase>) -> Self {
-        Self::on_redis(db, redis_url())
-    }
-
-    /// Processes over the Redis at `redis`.
-    pub(crate) fn on_redis(db: Arc<TestDatabase>, redis: String) -> Self {
-        Self {
-            db,
-            database_url: None,
-            redis,
-            prefix: fresh_prefix(),
-            amqp: backend::amqp(),
-        }
-    }
-
-    /// The processes relay through the RabbitMQ at `url` (names of this cluster's own), whatever
-    /// the run's backends.
-    pub(crate) fn with_amqp(mut self, url: String) -> Self {
-        let names = self.prefix.trim_end_matches(':').replace(':', ".");
-        self.amqp = Some((url, format!("{names}.")));
-        self
-    }
-
-    /// The processes reach the database at `url` (the observer still reaches it directly).
-    pub(crate) fn with_database_url(mut self, url: String) -> Self {
-        self.database_url = Some(url);
-        self
-    }
-
-    /// RabbitMQ's URL and the names of this cluster's exchanges and queues, when it has one.
-    pub(crate) fn amqp(&self) -> Option<&(String, String)> {
-        self.amqp.as_ref()
-    }
-
-    /// The in-process server that mints tokens and reads the database; it runs no worker.
-    pub(crate) async fn observer(&self) -> TestApp {
-        self.observer_with(|_| {}).await
-    }
-
-    /// The observer, with `tweak` applied to its configuration.
-    async fn observer_with(&self, tweak: impl FnOnce(&mut Config)) -> TestApp {
-        server_on_with(&self.db, &self.prefix, false, self.amqp.clone(), tweak).await
-    }
-
-    /// `seckill <subcommand>` over the shared backends, with `extra` environment.
-    pub(crate) fn command(&self, subcommand: &str, extra: &[(&str, &str)]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
-        command
-            .arg(subcommand)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("RUST_LOG", "error")
-            .env(
-                "SECKILL_DATABASE_URL",
-                self.database_url.as_ref().unwrap_or(&self.db.url),
-            )
-            .env("SECKILL_REDIS_URL", &self.redis)
-            .env("SECKILL_REDIS_KEY_PREFIX", &self.prefix)
-            .env("SECKILL_SECRET", SECRET)
-            .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
-            .env("SECKILL_RATE_LIMIT__PER_IP_PER_SEC", "1000000")
-            .env("SECKILL_RATE_LIMIT__PER_IP_BURST", "1000000")
-            // Buyers of the fault tests try again every 50 ms while a server answers 503.
-            .env("SECKILL_RATE_LIMIT__PER_USER_PER_SEC", "1000000")
-            .env("SECKILL_RATE_LIMIT__PER_USER_BURST", "1000000")
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        if let Some((url, prefix)) = &self.amqp {
-            command
-                .env("SECKILL_AMQP_URL", url)
-                .env("SECKILL_AMQP_PREFIX", prefix)
-                .env("SECKILL_AMQP_QUEUE_EXPIRY_SECS", "600");
-        }
-        for (key, value) in extra {
-            command.env(key, value);
-        }
-        command
-    }
-
-    /// Starts a process and waits for the first line it prints (it is ready then).
-    pub(crate) async fn start(&self, subcommand: &str, extra: &[(&str, &str)]) -> (Child, String) {
-        let mut child = self.command(subcommand, extra).spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("seckill {subcommand} did not start within 30 s"))
-            .unwrap()
-            .unwrap_or_else(|| panic!("seckill {subcommand} exited before it was ready"));
-        // Keep draining its output so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        (child, line)
-    }
-
-    /// A server process; returns it and its base URL.
-    pub(crate) async fn server(&self) -> (Child, String) {
-        self.server_with(&[]).await
-    }
-
-    /// A server process with `extra` environment; returns it and its base URL.
-    pub(crate) async fn server_with(&self, extra: &[(&str, &str)]) -> (Child, String) {
-        let (child, line) = self.start("serve", extra).await;
-        let base = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .trim_end_matches('/')
-            .to_owned();
-        (child, base)
-    }
-}
+use tokio::process::Command;
 
 /// Buys one unit per token, spread over `servers` in turn, all at once (at most 256 requests
 /// in flight). Returns the accepted order ids, after checking every other answer is a
@@ -155,18 +28,15 @@ async fn buy_spread(
     let gate = Arc::new(tokio::sync::Semaphore::new(256));
     let mut tasks = Vec::new();
     for (i, token) in tokens.iter().enumerate() {
-        let url = format!("{}/api/v1/orders", servers[i % servers.len()]);
+        let server = servers[i % servers.len()].clone();
         let (client, token, gate) = (client.clone(), token.clone(), gate.clone());
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire().await.unwrap();
-            let response = client
-                .post(url)
-                .bearer_auth(token)
-                .json(&serde_json::json!({ "product_id": product, "quantity": 1 }))
+            let response = crate::support::buy::request(&client, &server, &token, product, 1)
                 .send()
                 .await
                 .unwrap();
-            crate::helpers::status_and_json(response).await
+            crate::support::status_and_json(response).await
         }));
     }
     let mut accepted = HashSet::new();
@@ -227,15 +97,6 @@ async fn sell_exactly_the_stock(quorum: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
     sell_exactly_the_stock(false).await;
-}
-
-/// The same over quorum queues (`SECKILL_AMQP_QUORUM_QUEUES`); it runs where
-/// `SECKILL_TEST_AMQP=1`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn over_quorum_queues_two_server_processes_and_a_worker_sell_exactly_the_stock() {
-    if crate::faults::runs_here("quorum queues", "with SECKILL_TEST_AMQP=1", |run| run.amqp) {
-        sell_exactly_the_stock(true).await;
-    }
 }
 
 /// How a worker is stopped in the middle of its work.
@@ -390,7 +251,7 @@ async fn a_server_process_pays_through_the_sandbox_its_environment_names() {
             .send()
             .await
             .unwrap();
-        let (status, body) = crate::helpers::status_and_json(answer).await;
+        let (status, body) = crate::support::status_and_json(answer).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
         orders.push(body["order_id"].as_str().unwrap().to_owned());
     }
@@ -405,14 +266,14 @@ async fn a_server_process_pays_through_the_sandbox_its_environment_names() {
             .send()
     };
     let answer = pay(&free_base, second_token, second).await.unwrap();
-    let (status, body) = crate::helpers::status_and_json(answer).await;
+    let (status, body) = crate::support::status_and_json(answer).await;
     assert_eq!(
         (status, code(&body)),
         (StatusCode::SERVICE_UNAVAILABLE, "payments_not_configured")
     );
 
     let answer = pay(&base, first_token, first).await.unwrap();
-    let (status, body) = crate::helpers::status_and_json(answer).await;
+    let (status, body) = crate::support::status_and_json(answer).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["provider"], "sandbox");
     let pay_url = body["pay_url"].as_str().unwrap();
@@ -433,4 +294,18 @@ async fn a_server_process_pays_through_the_sandbox_its_environment_names() {
     app.wait_for_status(first_token, first, "paid").await;
     app.wait_for_status(second_token, second, "awaiting_payment")
         .await;
+}
+
+mod needs_amqp {
+    use super::*;
+    use crate::support::{Need, require};
+
+    /// The same over quorum queues (`SECKILL_AMQP_QUORUM_QUEUES`); it runs where
+    /// `SECKILL_TEST_AMQP=1`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "needs RabbitMQ: run by scripts/test on mysql redis amqp and postgres cluster amqp"]
+    async fn over_quorum_queues_two_server_processes_and_a_worker_sell_exactly_the_stock() {
+        require(Need::Amqp);
+        sell_exactly_the_stock(true).await;
+    }
 }

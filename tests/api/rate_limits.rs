@@ -3,10 +3,10 @@
 //! `Retry-After` and changing nothing; two servers sharing Redis allowing a limit once; and a
 //! Redis outage leaving each server its own limits.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, TestApp, rfc3339, status_and_json};
-use crate::private_redis::{Persistence, PrivateRedis};
-use crate::shared_gate::{fresh_prefix, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::private_redis::{Persistence, PrivateRedis};
+use crate::support::{ADMIN_TOKEN, TestApp, rfc3339, status_and_json};
+use crate::support::{fresh_prefix, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::config::Config;
@@ -155,12 +155,7 @@ async fn live_event(app: &TestApp, products: usize) -> Vec<i64> {
 
 /// One buy of one unit of `product` by `token` at `server`.
 async fn buy(server: &TestApp, token: &str, product: i64) -> Answer {
-    let request = server
-        .client
-        .post(server.url("/api/v1/orders"))
-        .bearer_auth(token)
-        .json(&json!({ "product_id": product, "quantity": 1 }));
-    answer(request.send().await.unwrap()).await
+    answer(server.buy_response(token, product, 1).await).await
 }
 
 /// Every buy of `buys` (server, token, product) at once.
@@ -370,7 +365,7 @@ async fn buys_a_server_answers_by_itself_are_not_counted_in_redis() {
         "unknown_product"
     );
 
-    let mut redis = seckill::redis_link::connect(&crate::shared_gate::redis_url())
+    let mut redis = seckill::redis_link::connect(&crate::support::redis_url())
         .await
         .unwrap();
     let hashes: Vec<String> = redis::cmd("KEYS")

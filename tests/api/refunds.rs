@@ -4,17 +4,13 @@
 //! nothing changes; with the gateway unreachable the refund waits and the ticker makes it; the
 //! search finds exactly the orders its filters name.
 
-use crate::admin_console::{Operator, operator};
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, status_and_json};
-use crate::sandbox::param;
+use crate::support::operator::{Operator, operator};
+use crate::support::sandbox::{param, spawn_paying_behind_a_switch, trade};
+use crate::support::{ADMIN_TOKEN, TestApp, code, status_and_json};
 use reqwest::StatusCode;
-use seckill::clock::SharedClock;
 use serde_json::Value;
-use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 impl TestApp {
     /// `POST /api/v1/admin/orders/{id}/refund` with the admin token.
@@ -72,15 +68,6 @@ async fn paid_order(app: &TestApp, stock: i64) -> (i64, String, String) {
         .remove(0);
     app.pay_at_sandbox(&token, &order).await;
     (product, token, order)
-}
-
-/// The sandbox gateway's trade for an order: (status, amount refunded).
-pub(crate) fn trade(app: &TestApp, order: &str) -> (String, String) {
-    let notification = app.sandbox_notification(order);
-    (
-        param(&notification, "trade_status").to_owned(),
-        param(&notification, "refund_fee").to_owned(),
-    )
 }
 
 #[tokio::test]
@@ -236,64 +223,6 @@ async fn unpaid_cancelled_and_unknown_orders_are_not_refunded_and_nothing_change
         (StatusCode::SERVICE_UNAVAILABLE, "payments_not_configured")
     );
     assert_eq!(unpaying.stored(product).await, (1, 1, 0));
-}
-
-/// A TCP proxy in front of a test server, standing for the network between the shop and its
-/// payment gateway: switched off, it drops every connection, those already open too.
-pub(crate) struct Switch {
-    pub(crate) url: String,
-    target: Arc<OnceLock<SocketAddr>>,
-    on: watch::Sender<bool>,
-}
-
-impl Switch {
-    pub(crate) async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let target = Arc::new(OnceLock::<SocketAddr>::new());
-        let (on, _) = watch::channel(true);
-        let (forward_to, switched) = (target.clone(), on.subscribe());
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let mut switched = switched.clone();
-                let Some(&target) = forward_to.get().filter(|_| *switched.borrow()) else {
-                    continue;
-                };
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = switched.wait_for(|on| !on) => {}
-                    }
-                });
-            }
-        });
-        Self { url, target, on }
-    }
-
-    pub(crate) fn forward_to(&self, app: &TestApp) {
-        let addr = app.base.trim_start_matches("http://").parse().unwrap();
-        self.target.set(addr).unwrap();
-    }
-
-    pub(crate) fn set(&self, on: bool) {
-        self.on.send_replace(on);
-    }
-}
-
-/// A server on `clock` paying through its sandbox gateway, which it reaches (and which
-/// reaches it) only through the returned switch.
-pub(crate) async fn spawn_paying_behind_a_switch(clock: SharedClock) -> (Switch, TestApp) {
-    let switch = Switch::start().await;
-    let app = TestApp::spawn_with(clock, |c| {
-        c.payment.provider = Some(seckill::config::ProviderKind::Sandbox);
-        c.public_url = Some(switch.url.clone());
-    })
-    .await;
-    switch.forward_to(&app);
-    (switch, app)
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! An accepted order survives a restart, and the gate is rebuilt from the database.
 
-use crate::backend::TestDatabase;
-use crate::helpers::TestApp;
+use crate::support::TestApp;
+use crate::support::TestDatabase;
 use seckill::clock::SystemClock;
 use std::sync::Arc;
 

@@ -2,9 +2,9 @@
 //! buying of a product, and ending a product's or a whole event's sale early. Each decides the
 //! next buy on every server, changes no order already taken, and is kept in the audit log.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, once_the_gate_reopens, rfc3339, status_and_json};
-use crate::shared_gate::{fresh_prefix, server_on_with};
+use crate::support::TestDatabase;
+use crate::support::{ADMIN_TOKEN, TestApp, code, once_the_gate_reopens, rfc3339, status_and_json};
+use crate::support::{fresh_prefix, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::domain::ProductId;

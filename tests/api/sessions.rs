@@ -1,7 +1,7 @@
 //! Accounts and sign-in over the API, with the cookie the pages use, and what holds sign-in
 //! back under a flood: a bounded number of password hashes at once and a per-account throttle.
 
-use crate::helpers::{TestApp, code, status_and_json};
+use crate::support::{TestApp, code, status_and_json};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use serde_json::json;

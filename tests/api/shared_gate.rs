@@ -1,59 +1,17 @@
 //! The stock gate in Redis, always on the local Redis whatever the run's backends: several
 //! server processes share it, and a Redis that lost its data is rebuilt from the database.
 
-use crate::backend::TestDatabase;
-use crate::helpers::{TestApp, code, once_the_gate_reopens};
+use crate::support::TestDatabase;
+use crate::support::{
+    TestApp, code, delete_keys, fresh_prefix, once_the_gate_reopens, server_on_with,
+};
 use reqwest::StatusCode;
-use seckill::clock::SystemClock;
-use seckill::config::Config;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-pub fn redis_url() -> String {
-    std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-pub fn fresh_prefix() -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    format!("seckill-test:{}:shared{n}:", std::process::id())
-}
 
 /// A server over `db` and the local Redis under `prefix`, with a worker inside.
 async fn server_on(db: &Arc<TestDatabase>, prefix: &str) -> TestApp {
     server_on_with(db, prefix, true, None, |_| {}).await
-}
-
-/// A server over `db` and the local Redis under `prefix`: with a worker inside when `worker`,
-/// relaying through RabbitMQ under `amqp` (URL, names) when given, `tweak` applied last.
-pub async fn server_on_with(
-    db: &Arc<TestDatabase>,
-    prefix: &str,
-    worker: bool,
-    amqp: Option<(String, String)>,
-    tweak: impl FnOnce(&mut Config),
-) -> TestApp {
-    let prefix = prefix.to_owned();
-    TestApp::spawn_on(db.clone(), Arc::new(SystemClock), move |c| {
-        c.redis_url = Some(redis_url());
-        c.redis_key_prefix = prefix;
-        c.run_worker = worker;
-        if let Some((url, names)) = amqp {
-            c.amqp_url = Some(url);
-            c.amqp_prefix = names;
-            c.amqp_queue_expiry_secs = Some(600);
-        }
-        tweak(c);
-    })
-    .await
-}
-
-/// The local RabbitMQ (`SECKILL_TEST_AMQP_URL`), whatever the run's backends, with exchange and
-/// queue names of `prefix`'s own.
-pub fn local_amqp(prefix: &str) -> (String, String) {
-    let url = std::env::var("SECKILL_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
-    (url, format!("{}.", prefix.replace(':', ".")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -122,25 +80,6 @@ async fn a_redis_that_lost_its_data_is_rebuilt_from_the_database_without_oversel
 
     app.assert_gate_rebuilt_after_two_of_three_sold(product, &tokens)
         .await;
-}
-
-/// Deletes the local Redis's keys that match `pattern`, as a Redis that lost them; fails the
-/// test when none does.
-pub(crate) async fn delete_keys(pattern: &str) {
-    let mut redis = seckill::redis_link::connect(&redis_url()).await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(pattern)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert!(!keys.is_empty(), "no key matches {pattern}");
-    for key in keys {
-        let _: () = redis::cmd("DEL")
-            .arg(key)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-    }
 }
 
 #[tokio::test]

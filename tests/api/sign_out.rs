@@ -3,17 +3,14 @@
 //! on a second server over the same database within its next reading, and on a server started
 //! later from the first request.
 
-use crate::admin_console::{browser_builder, csrf_of, operator_with};
-use crate::helpers::{TestApp, TextOfAnswer, client_builder, register, sign_in, within_spread};
+use crate::support::operator::{browser_builder, csrf_of, operator_with};
+use crate::support::{
+    TestApp, TextOfAnswer, client_builder, orders_status, register, sign_in, within_spread,
+};
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use seckill::clock::SystemClock;
 use std::sync::Arc;
-
-/// The status of `GET /api/v1/orders` with `token`: whether the token still works there.
-pub async fn orders_status(app: &TestApp, token: &str) -> StatusCode {
-    app.get_json_as(token, "/api/v1/orders").await.0
-}
 
 #[tokio::test]
 async fn a_signed_out_token_stops_working_here_at_once_and_on_every_server_soon() {

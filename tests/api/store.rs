@@ -2,38 +2,12 @@
 //! within a batch, and a product that cannot cover the whole batch. (Written straight to the
 //! store, past the gate, so the checks read the store too.)
 
-use crate::helpers::TestApp;
+use crate::support::TestApp;
+use crate::support::orders::order;
 use seckill::clock::{Clock, SystemClock};
-use seckill::domain::{
-    IdempotencyKey, Money, Order, OrderId, OrderStatus, ProductId, Quantity, UserId,
-};
+use seckill::domain::{IdempotencyKey, Order, OrderId, ProductId, UserId};
 use seckill::pipeline::drain::{Fate, store_batch};
 use seckill::store::Persisted::{Duplicate, Inserted, KeyTaken, OutOfStock};
-
-/// An order of `quantity` units of `product` by user `id`, as a test writes it by hand, placed
-/// now with an hour to pay: the server's once-a-second deadline sweep must not cancel it (and
-/// give its units back) while the test counts the stock.
-pub fn order(id: i64, product: i64, quantity: i64) -> Order {
-    let price = Money::from_cents(100).unwrap();
-    let quantity = Quantity::parse(quantity).unwrap();
-    let now = SystemClock.now_ms();
-    Order {
-        id: OrderId(id),
-        user_id: UserId(id),
-        product_id: ProductId(product),
-        product_name: "Kettle".into(),
-        unit_price: price,
-        quantity,
-        total: price.times(quantity.get()),
-        status: OrderStatus::AwaitingPayment,
-        created_at: now,
-        pay_before: now + 3_600_000,
-        paid_at: None,
-        cancelled_at: None,
-        pay_started_at: None,
-        idempotency_key: None,
-    }
-}
 
 #[tokio::test]
 async fn a_batch_stores_each_new_order_once_and_never_more_than_the_stock() {

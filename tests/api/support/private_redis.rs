@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// How a private Redis keeps its data across a restart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Persistence {
+pub enum Persistence {
     /// Nothing: a restart comes back empty.
     None,
     /// The append-only file, written before each reply and synced to disk as `appendfsync`
@@ -101,17 +101,22 @@ async fn kill(server: &mut Child) {
 }
 
 /// One Redis server of a test's own.
-pub(crate) struct PrivateRedis {
+pub struct PrivateRedis {
+    /// The `redis-server` binary, to start it again.
     binary: String,
+    /// Its free port, the same after a restart.
     port: u16,
+    /// How it keeps its data across a restart.
     persistence: Persistence,
+    /// Its data directory, removed with it.
     dir: TempDir,
+    /// The running server.
     server: Child,
 }
 
 impl PrivateRedis {
     /// Starts `redis-server` on a free port, keeping its data as `persistence` says.
-    pub(crate) async fn start(persistence: Persistence) -> Self {
+    pub async fn start(persistence: Persistence) -> Self {
         let binary = redis_server();
         let port = free_port();
         let dir = tempfile::tempdir().unwrap();
@@ -126,13 +131,14 @@ impl PrivateRedis {
         }
     }
 
-    pub(crate) fn url(&self) -> String {
+    /// Its URL.
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// Kills the server with SIGKILL and starts it again on the same port and data directory:
     /// it comes back with what its append-only file holds, or empty without one.
-    pub(crate) async fn kill_and_restart(&mut self) {
+    pub async fn kill_and_restart(&mut self) {
         kill(&mut self.server).await;
         self.server = spawn(
             &self.binary,
@@ -144,15 +150,17 @@ impl PrivateRedis {
     }
 
     /// Kills the server with SIGKILL, for good.
-    pub(crate) async fn stop(mut self) {
+    pub async fn stop(mut self) {
         kill(&mut self.server).await;
     }
 }
 
 /// A Redis Cluster of a test's own: three masters, each with one replica, a short node timeout
 /// so a replica takes over a second or two after its master stops answering.
-pub(crate) struct PrivateCluster {
+pub struct PrivateCluster {
+    /// The `redis-server` binary, to start a killed node again.
     binary: String,
+    /// The nodes' data directories, removed with the cluster.
     dir: TempDir,
     /// Every node's port and its process (`None` while killed).
     nodes: Vec<(u16, Option<Child>)>,
@@ -164,7 +172,7 @@ const NODE_TIMEOUT_MS: &str = "1000";
 impl PrivateCluster {
     /// Starts six nodes, makes them a cluster with `redis-cli --cluster create
     /// --cluster-replicas 1`, and waits until every slot is served and every replica is in sync.
-    pub(crate) async fn start() -> Self {
+    pub async fn start() -> Self {
         let binary = redis_server();
         let dir = tempfile::tempdir().unwrap();
         let mut cluster = Self {
@@ -226,7 +234,7 @@ impl PrivateCluster {
     }
 
     /// The cluster URL naming every node as a seed.
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         let nodes: Vec<String> = self
             .nodes
             .iter()
@@ -245,7 +253,7 @@ impl PrivateCluster {
 
     /// Waits until every running node sees the cluster as `ok` and every running replica is in
     /// sync with its master.
-    pub(crate) async fn wait_whole(&self) {
+    pub async fn wait_whole(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut whole = true;
@@ -270,7 +278,7 @@ impl PrivateCluster {
     }
 
     /// The port of the master that serves `key`'s slot now, as the running nodes see it.
-    pub(crate) async fn master_of(&self, key: &str) -> u16 {
+    pub async fn master_of(&self, key: &str) -> u16 {
         self.live_master_of(key)
             .await
             .unwrap_or_else(|| panic!("no live master serves {key}"))
@@ -304,7 +312,7 @@ impl PrivateCluster {
     }
 
     /// Kills the node on `port` with SIGKILL.
-    pub(crate) async fn kill(&mut self, port: u16) {
+    pub async fn kill(&mut self, port: u16) {
         let (_, server) = self
             .nodes
             .iter_mut()
@@ -316,7 +324,7 @@ impl PrivateCluster {
 
     /// Waits until a node other than `old` serves `key`'s slot (its replica was promoted).
     /// Returns the new master's port.
-    pub(crate) async fn wait_promoted(&self, key: &str, old: u16) -> u16 {
+    pub async fn wait_promoted(&self, key: &str, old: u16) -> u16 {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(master) = self.live_master_of(key).await
@@ -334,7 +342,7 @@ impl PrivateCluster {
 
     /// Starts the killed node on `port` again, as an operator would: it rejoins as a replica of
     /// the master that took over.
-    pub(crate) async fn restart(&mut self, port: u16) {
+    pub async fn restart(&mut self, port: u16) {
         let server = self.spawn_node(port);
         let (_, slot) = self
             .nodes

@@ -1,7 +1,11 @@
-//! `TestApp`: a real server on port 0 over its own database, plus the shortcuts tests need
-//! (many users at once, a live product, a buy) and direct reads of what is stored.
+//! `TestApp`: a real server on port 0 over its own database (and, as the run's backends say,
+//! its own Redis key prefix and RabbitMQ names), plus the shortcuts tests need (many users at
+//! once, a live product, a buy) and direct reads of what is stored. It knows the backends only
+//! through `backends.rs`.
 
-use crate::backend::TestDatabase;
+use super::backends::{self, TestDatabase};
+use super::buy::{self, once_the_gate_reopens};
+use super::http::{client_builder, code, rfc3339, status_and_json};
 use reqwest::StatusCode;
 use seckill::app::App;
 use seckill::clock::{Clock, ManualClock, SharedClock, SystemClock};
@@ -16,19 +20,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The admin token of every test server.
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 /// The session-signing secret of every test server, so tokens minted by one work on all.
 pub const SECRET: &str = "test-secret-0123456789abcdef0123456789";
 
 /// A running server and what a test needs to drive and inspect it.
 pub struct TestApp {
+    /// `http://127.0.0.1:PORT`, the port the server took.
     pub base: String,
+    /// The client every request of the test goes through (connections kept alive).
     pub client: reqwest::Client,
+    /// The server's own state, to read what it holds without HTTP.
     pub state: AppState,
+    /// The test's database, shared with the servers a restart test starts on it.
     pub db: Arc<TestDatabase>,
     /// The sandbox payment gateway, when the server takes payments through it.
     pub sandbox: Option<Arc<Sandbox>>,
+    /// Tells the server to stop gracefully.
     stop: Option<oneshot::Sender<()>>,
+    /// The server's task, awaited when it stops.
     server: Option<JoinHandle<()>>,
 }
 
@@ -75,12 +86,12 @@ impl TestApp {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
         let mut config = test_config(&db);
-        if let Some((url, prefix)) = crate::backend::redis().await {
+        if let Some((url, prefix)) = backends::redis().await {
             config.redis_url = Some(url);
             config.redis_key_prefix = prefix;
             config.run_worker = true;
         }
-        if let Some((url, prefix)) = crate::backend::amqp() {
+        if let Some((url, prefix)) = backends::amqp() {
             config.amqp_url = Some(url);
             config.amqp_prefix = prefix;
             config.amqp_queue_expiry_secs = Some(600);
@@ -125,6 +136,7 @@ impl TestApp {
         }
     }
 
+    /// The server's URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
@@ -234,10 +246,7 @@ impl TestApp {
         product: i64,
         quantity: i64,
     ) -> reqwest::Response {
-        self.client
-            .post(self.url("/api/v1/orders"))
-            .bearer_auth(token)
-            .json(&json!({ "product_id": product, "quantity": quantity }))
+        buy::request(&self.client, &self.base, token, product, quantity)
             .send()
             .await
             .unwrap()
@@ -389,118 +398,5 @@ impl TestApp {
     }
 }
 
+/// Numbers the batches of users [`TestApp::users`] makes, so their names never collide.
 static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);
-
-/// The status and JSON body of a response (`Value::Null` when the body is not JSON). A JSON
-/// body must be declared as such, or clients would not read it as JSON.
-pub async fn status_and_json(response: reqwest::Response) -> (StatusCode, Value) {
-    let status = response.status();
-    let declared_json = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .is_some_and(|value| value == "application/json");
-    let body = response.json::<Value>().await.unwrap_or(Value::Null);
-    assert!(
-        body.is_null() || declared_json,
-        "a JSON answer ({status}) must say Content-Type: application/json"
-    );
-    (status, body)
-}
-
-/// The answer to `buy`, sent again while it is `503`: a gate that lost its data stays closed
-/// for a few seconds, until every server has shared again what it accepted.
-pub async fn once_the_gate_reopens<F, Fut>(mut buy: F) -> (StatusCode, Value)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = (StatusCode, Value)>,
-{
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
-        let answer = buy().await;
-        if answer.0 != StatusCode::SERVICE_UNAVAILABLE || tokio::time::Instant::now() > deadline {
-            return answer;
-        }
-        // Slower than a buyer's default limit of five tries a second.
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    }
-}
-
-/// An HTTP client for the tests, once the TLS provider every client of the process needs is
-/// installed.
-pub fn client_builder() -> reqwest::ClientBuilder {
-    seckill::payment::install_crypto_provider();
-    reqwest::Client::builder()
-}
-
-/// RFC 3339 for a Unix-millisecond time.
-pub fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap()
-        .to_rfc3339()
-}
-
-/// The error code of an error body.
-pub fn code(body: &Value) -> &str {
-    body["error"]["code"].as_str().unwrap_or("<no error code>")
-}
-
-/// Registers `username` through the API, with the password `{username}-password`; its id.
-pub async fn register(app: &TestApp, username: &str) -> i64 {
-    let response = app
-        .client
-        .post(app.url("/api/v1/users"))
-        .json(&credentials(username))
-        .send()
-        .await
-        .unwrap();
-    let (status, user) = status_and_json(response).await;
-    assert_eq!(status, StatusCode::CREATED, "{user}");
-    user["id"].as_i64().unwrap()
-}
-
-/// A sign-in of `username` with the password [`register`] gives it: the status and body.
-pub async fn try_sign_in(app: &TestApp, username: &str) -> (StatusCode, Value) {
-    let request = app.client.post(app.url("/api/v1/sessions"));
-    status_and_json(request.json(&credentials(username)).send().await.unwrap()).await
-}
-
-/// Signs `username` in (see [`try_sign_in`]); the session token.
-pub async fn sign_in(app: &TestApp, username: &str) -> String {
-    let (status, session) = try_sign_in(app, username).await;
-    assert_eq!(status, StatusCode::OK, "{session}");
-    session["token"].as_str().unwrap().to_owned()
-}
-
-fn credentials(username: &str) -> Value {
-    json!({ "username": username, "password": format!("{username}-password") })
-}
-
-/// How long another server may take to learn of a sign-out or a disabled account: its reading
-/// period and slack.
-pub const SPREAD: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Polls `check` until it holds or [`SPREAD`] has passed; whether it held.
-pub async fn within_spread(mut check: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + SPREAD;
-    loop {
-        if check().await {
-            return true;
-        }
-        if std::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-/// A request sent and its answer read as text, for the tests that read pages and bodies whole.
-pub trait TextOfAnswer {
-    /// Sends the request and reads the answer's body, failing the test if either fails.
-    fn text_of_answer(self) -> impl std::future::Future<Output = String>;
-}
-
-impl TextOfAnswer for reqwest::RequestBuilder {
-    async fn text_of_answer(self) -> String {
-        self.send().await.unwrap().text().await.unwrap()
-    }
-}

@@ -1,8 +1,11 @@
 //! Paying in tests the way a shopper does: the pay URL, the built-in sandbox gateway's
 //! checkout page, its notification. Also the tools of a hostile client: notifications signed
-//! with the gateway's own key but saying something else, or signed with another key.
+//! with the gateway's own key but saying something else, or signed with another key. And a
+//! server whose gateway a test can cut off.
 
-use crate::helpers::{TestApp, status_and_json};
+use super::app::TestApp;
+use super::http::status_and_json;
+use super::proxies::Switch;
 use reqwest::StatusCode;
 use seckill::clock::SharedClock;
 use seckill::config::ProviderKind;
@@ -186,4 +189,37 @@ pub fn param<'a>(params: &'a Params, key: &str) -> &'a str {
 /// The body of a pay request with the mobile channel.
 pub fn wap() -> Value {
     json!({ "channel": "wap" })
+}
+
+/// The payment window of a test server (the default): an unpaid order is cancelled after it.
+pub const WINDOW_MS: i64 = 15 * 60 * 1000;
+
+/// A live product of `stock` units (one per buyer) and one order of one unit for each of `n`
+/// new buyers: (product, [(token, order id)]).
+pub async fn sold(app: &TestApp, stock: i64, n: usize) -> (i64, Vec<(String, String)>) {
+    let product = app.live_product(stock, 1).await;
+    let tokens = app.users(n).await;
+    (product, app.buy_each(&tokens, product).await)
+}
+
+/// The sandbox gateway's trade for an order: (status, amount refunded).
+pub fn trade(app: &TestApp, order: &str) -> (String, String) {
+    let notification = app.sandbox_notification(order);
+    (
+        param(&notification, "trade_status").to_owned(),
+        param(&notification, "refund_fee").to_owned(),
+    )
+}
+
+/// A server on `clock` paying through its sandbox gateway, which it reaches (and which
+/// reaches it) only through the returned switch.
+pub async fn spawn_paying_behind_a_switch(clock: SharedClock) -> (Switch, TestApp) {
+    let switch = Switch::start().await;
+    let app = TestApp::spawn_with(clock, |c| {
+        c.payment.provider = Some(seckill::config::ProviderKind::Sandbox);
+        c.public_url = Some(switch.url.clone());
+    })
+    .await;
+    switch.forward_to(&app);
+    (switch, app)
 }

@@ -1,0 +1,361 @@
+//! A sale over server processes and a worker on a Redis a test kills or restarts, with a crowd
+//! that keeps buying through the fault, and the tally of what the fault cost.
+
+use super::app::TestApp;
+use super::backends::TestDatabase;
+use super::buy;
+use super::http::{client_builder, code, status_and_json};
+use super::processes::Cluster;
+use reqwest::StatusCode;
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::process::Child;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// One buy of the crowd: when it was sent (its last try), the answer, and how many tries before
+/// it were answered `503`.
+pub struct Answer {
+    /// When its last try was sent.
+    pub sent: Instant,
+    /// The last try's status.
+    pub status: StatusCode,
+    /// The order id, when accepted.
+    pub order: Option<i64>,
+    /// How many tries before it were answered `503`.
+    pub unavailable: u32,
+}
+
+/// A buy of one unit as `token` on `server`, checked to be an answer a buy may get while Redis
+/// comes and goes: accepted, sold out, refused because an earlier try whose answer was lost took
+/// the buyer's unit, or unavailable for a moment.
+async fn buy(client: &reqwest::Client, server: &str, token: &str, product: i64) -> Answer {
+    let sent = Instant::now();
+    let response = buy::request(client, server, token, product, 1)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = status_and_json(response).await;
+    let order = match status {
+        StatusCode::ACCEPTED => Some(body["order_id"].as_str().unwrap().parse().unwrap()),
+        StatusCode::CONFLICT => {
+            assert!(
+                ["sold_out", "limit_reached"].contains(&code(&body)),
+                "{body}"
+            );
+            None
+        }
+        StatusCode::SERVICE_UNAVAILABLE => None,
+        other => panic!("unexpected {other}: {body}"),
+    };
+    Answer {
+        sent,
+        status,
+        order,
+        unavailable: 0,
+    }
+}
+
+/// [`buy`], tried again every 50 ms while it is answered `503`, as a buyer would, for up to
+/// 30 s.
+async fn buy_until_answered(
+    client: &reqwest::Client,
+    server: &str,
+    token: &str,
+    product: i64,
+) -> Answer {
+    let started = Instant::now();
+    let mut unavailable = 0;
+    loop {
+        let answer = buy(client, server, token, product).await;
+        if answer.status != StatusCode::SERVICE_UNAVAILABLE
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            return Answer {
+                unavailable,
+                ..answer
+            };
+        }
+        unavailable += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A live sale on two server processes and a worker over the Redis at `redis`, and a crowd
+/// buying one unit each from both servers, 32 buys in flight, each buyer trying again while
+/// answered `503`; then the checks every fault must leave true.
+pub struct FaultySale {
+    /// The backends the processes share, to run `seckill reconcile` over them.
+    cluster: Cluster,
+    /// The in-process server that minted the tokens and reads the database.
+    observer: TestApp,
+    /// The Redis the test faults, to watch its outbox.
+    redis: String,
+    /// The product on sale.
+    pub product: i64,
+    /// Its stock, which no fault may oversell.
+    stock: i64,
+    /// The server processes' base URLs.
+    servers: Vec<String>,
+    /// The servers and the worker, named, to check none exited.
+    processes: Vec<(&'static str, Child)>,
+    /// The client of the crowd and the probes (long timeouts: Redis may be away).
+    client: reqwest::Client,
+    /// Buyers kept out of the crowd, to ask the servers whether they sell.
+    probes: std::vec::IntoIter<String>,
+    /// The orders the probes were accepted.
+    pub probed: HashSet<i64>,
+    /// Each buyer's task, ending with their answer.
+    crowd: Vec<JoinHandle<Answer>>,
+    /// How many of the crowd's buys were accepted so far.
+    accepted: Arc<AtomicUsize>,
+}
+
+impl FaultySale {
+    /// Starts the processes and the crowd of `buyers` after `stock` units.
+    pub async fn start(redis: String, stock: i64, buyers: usize) -> Self {
+        let cluster = Cluster::on_redis(Arc::new(TestDatabase::fresh().await), redis.clone());
+        let observer = cluster.observer().await;
+        let product = observer.live_product(stock, 1).await;
+        let mut tokens = observer.users(buyers + 40).await;
+        let probes = tokens.split_off(buyers).into_iter();
+        let (first, first_url) = cluster.server().await;
+        let (second, second_url) = cluster.server().await;
+        let (worker, _) = cluster.start("worker", &[]).await;
+        let servers = vec![first_url, second_url];
+        let client = client_builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(32));
+        let mut crowd = Vec::new();
+        for (i, token) in tokens.into_iter().enumerate() {
+            let server = servers[i % servers.len()].clone();
+            let (client, accepted, in_flight) =
+                (client.clone(), accepted.clone(), in_flight.clone());
+            crowd.push(tokio::spawn(async move {
+                let _permit = in_flight.acquire().await.unwrap();
+                let answer = buy_until_answered(&client, &server, &token, product).await;
+                if answer.order.is_some() {
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                }
+                answer
+            }));
+        }
+        Self {
+            cluster,
+            observer,
+            redis,
+            product,
+            stock,
+            servers,
+            processes: vec![
+                ("first server", first),
+                ("second server", second),
+                ("worker", worker),
+            ],
+            client,
+            probes,
+            probed: HashSet::new(),
+            crowd,
+            accepted,
+        }
+    }
+
+    /// Waits until the crowd has `n` orders accepted.
+    pub async fn wait_accepted(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.accepted.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "the crowd bought nothing");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Waits until a buy is answered again (accepted, or sold out by the crowd) within `within`
+    /// of `since`.
+    pub async fn answered_again(&mut self, since: Instant, within: Duration) {
+        loop {
+            let token = self.probes.next().expect("more probe buyers");
+            let answer = buy(&self.client, &self.servers[0], &token, self.product).await;
+            self.probed.extend(answer.order);
+            if answer.status != StatusCode::SERVICE_UNAVAILABLE {
+                return;
+            }
+            assert!(
+                since.elapsed() < within,
+                "buys still fail {within:?} after the fault"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every answer of the crowd, once each buyer has one.
+    pub async fn answers(&mut self) -> Vec<Answer> {
+        let mut answers = Vec::new();
+        for buy in self.crowd.drain(..) {
+            answers.push(
+                tokio::time::timeout(Duration::from_secs(60), buy)
+                    .await
+                    .expect("the crowd was not answered within 60 s")
+                    .unwrap(),
+            );
+        }
+        answers
+    }
+
+    /// Fails the test if any process has exited.
+    pub fn assert_running(&mut self) {
+        for (name, process) in &mut self.processes {
+            if let Some(exit) = process.try_wait().unwrap() {
+                panic!("the {name} exited ({exit}) after the fault");
+            }
+        }
+    }
+
+    /// Past a lease renewal (every 5 s) and a scheduler leadership term (5 s) after `fault`,
+    /// both of which met Redis after it: every process still runs, and every server still
+    /// answers buys.
+    pub async fn assert_every_process_sells(&mut self, fault: Instant) {
+        tokio::time::sleep_until(fault + Duration::from_secs(12)).await;
+        self.assert_running();
+        for server in self.servers.clone() {
+            let token = self.probes.next().expect("more probe buyers");
+            let answer = buy(&self.client, &server, &token, self.product).await;
+            self.probed.extend(answer.order);
+            assert_ne!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{server}");
+        }
+    }
+
+    /// Waits until the worker has emptied the product's outbox.
+    pub async fn drained(&self) {
+        let mut redis = seckill::redis_link::connect(&self.redis).await.unwrap();
+        let outbox = format!("{}{{p:{}}}:outbox", self.cluster.prefix, self.product);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: u64 = redis::cmd("XLEN")
+                .arg(&outbox)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            if waiting == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{waiting} orders still in the outbox after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The ids of the product's stored orders, checked: none twice, no more units than the
+    /// stock, and the stock taken once per order. Read straight from the database: the
+    /// observer's own gate (on the shared Redis) knows nothing of this sale.
+    pub async fn stored(&self) -> HashSet<i64> {
+        let pool = self.observer.pool().await;
+        let db = &self.observer.db;
+        let stored: Vec<(i64, i64)> =
+            sqlx::query_as(db.sql(
+                "SELECT id, quantity FROM orders WHERE product_id = ? AND status <> 'cancelled'",
+            ))
+            .bind(self.product)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let left: i64 = sqlx::query_scalar(db.sql("SELECT stock FROM products WHERE id = ?"))
+            .bind(self.product)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        let ids: HashSet<i64> = stored.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids.len(), stored.len(), "an order stored twice");
+        let units: i64 = stored.iter().map(|(_, units)| units).sum();
+        assert!(units <= self.stock, "{units} units sold of {}", self.stock);
+        assert_eq!(left, self.stock - units, "stock taken once per order");
+        ids
+    }
+
+    /// `seckill reconcile` over the processes' backends: whether it found every product
+    /// balanced, and what it printed.
+    pub async fn reconcile(&self) -> (bool, String) {
+        let output = self
+            .cluster
+            .command("reconcile", &[])
+            .stderr(Stdio::piped())
+            .output()
+            .await
+            .unwrap();
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), printed)
+    }
+}
+
+/// What a crowd's answers and the database say about one fault, printed for RELIABILITY.md.
+pub struct Outcome {
+    /// Orders answered `202`, in all and after the fault.
+    pub accepted: HashSet<i64>,
+    /// Of those, the orders of buys sent after the fault.
+    pub accepted_after: usize,
+    /// Answered `202`, never stored.
+    pub lost: usize,
+    /// Buyers answered `503` at least once: Redis was away, or the gate closed. Some of those
+    /// tries may have been taken all the same (Redis ran the script, the reply was lost with
+    /// the connection): those orders are stored without a `202`, and their buyers see them in
+    /// their order list.
+    pub unavailable: usize,
+    /// Stored, though no buy was answered `202` for them.
+    pub stored_unanswered: usize,
+}
+
+impl Outcome {
+    /// Tallies `answers` of a crowd whose fault came at `fault`, and the orders `probed` by
+    /// the probes, against `stored`.
+    pub fn of(
+        test: &str,
+        answers: &[Answer],
+        probed: &HashSet<i64>,
+        fault: Instant,
+        stored: &HashSet<i64>,
+    ) -> Self {
+        let mut accepted: HashSet<i64> = answers.iter().filter_map(|a| a.order).collect();
+        accepted.extend(probed);
+        let outcome = Self {
+            accepted_after: answers
+                .iter()
+                .filter(|a| a.sent > fault && a.order.is_some())
+                .count(),
+            lost: accepted.difference(stored).count(),
+            unavailable: answers.iter().filter(|a| a.unavailable > 0).count(),
+            stored_unanswered: stored.difference(&accepted).count(),
+            accepted,
+        };
+        eprintln!(
+            "{test}: {} buyers, {} orders accepted ({} of probes, {} of buys sent after the \
+             fault), {} answered 503 at least once ({} tries in all), {} accepted and never \
+             stored, {} stored without a 202, {} stored",
+            answers.len(),
+            outcome.accepted.len(),
+            probed.len(),
+            outcome.accepted_after,
+            outcome.unavailable,
+            answers.iter().map(|a| a.unavailable).sum::<u32>(),
+            outcome.lost,
+            outcome.stored_unanswered,
+            stored.len()
+        );
+        assert!(
+            outcome.accepted_after > 0,
+            "no buy sent after the fault was accepted: the sale did not go on"
+        );
+        outcome
+    }
+}
