@@ -2,8 +2,8 @@
 //! same input gets the same verdict through either, and the same change is recorded alike in
 //! the audit log, named by who made it.
 
-use crate::admin_console::operator;
-use crate::helpers::{ADMIN_TOKEN, TestApp, code, rfc3339};
+use crate::support::operator::operator;
+use crate::support::{ADMIN_TOKEN, TestApp, code, rfc3339};
 use reqwest::StatusCode;
 use seckill::domain::Operator;
 use seckill::store::AuditEntry;
