@@ -1,7 +1,7 @@
 //! Cluster mode's parts: the shared Redis (stock gate, outbox, node-id lease, scheduler lock)
 //! and, when configured, RabbitMQ (the relay, the delay queue and the paid queue).
 
-use crate::config::Config;
+use crate::config::{ClusterUrls, Config};
 use crate::gate::StockGate;
 use crate::gate::redis::RedisGate;
 use crate::gate::redis::outbox::Outbox;
@@ -27,25 +27,37 @@ use tokio::task::JoinHandle;
 
 /// The cluster's connections and this process's place among its processes.
 pub struct Cluster {
+    /// This process's one Redis connection, shared by the gate, the limiter, the outbox, the
+    /// fleet and the scheduler lock.
     redis: RedisLink,
+    /// `redis_key_prefix`: every key of this deployment starts with it, so deployments can
+    /// share a Redis.
     prefix: String,
+    /// This process's Snowflake node id: configured, or leased so no two processes make the
+    /// same order ids.
     pub(super) node_id: u16,
     /// Keeps the leased node id, unless the id was configured.
     lease: Option<JoinHandle<()>>,
+    /// The stock gate, handed to the sale service.
     gate: Arc<RedisGate>,
+    /// RabbitMQ, when the outbox is relayed through it.
     amqp: Option<Amqp>,
 }
 
 /// RabbitMQ's address and this deployment's names on it.
 struct Amqp {
+    /// Where RabbitMQ listens, credentials included: each publisher and consumer connects
+    /// with it.
     url: String,
+    /// This deployment's exchange and queue names and their options (`amqp_prefix`, expiry,
+    /// quorum queues).
     topology: Topology,
 }
 
 impl Cluster {
     /// Connects to Redis and leases a node id (unless one is configured).
-    pub(super) async fn connect(config: &Config, redis_url: &str) -> anyhow::Result<Self> {
-        let redis = crate::redis_link::connect(redis_url).await?;
+    pub(super) async fn connect(config: &Config, urls: ClusterUrls<'_>) -> anyhow::Result<Self> {
+        let redis = crate::redis_link::connect(urls.redis_url).await?;
         crate::gate::redis::warn_unless_durable(&redis).await;
         let prefix = config.redis_key_prefix.clone();
         let (node_id, lease) = match config.node_id {
@@ -60,8 +72,8 @@ impl Cluster {
                 (lease.node_id, Some(lease.renewal))
             }
         };
-        let amqp = config.amqp_url.as_ref().map(|url| Amqp {
-            url: url.clone(),
+        let amqp = urls.amqp_url.map(|url| Amqp {
+            url: url.to_owned(),
             topology: Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
                 .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000))
                 .quorum(config.amqp_quorum_queues),

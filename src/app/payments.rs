@@ -3,7 +3,7 @@
 //! database.
 
 use crate::clock::SharedClock;
-use crate::config::{Config, ProviderKind};
+use crate::config::{AlipayConfig, Config, ProviderKind};
 use crate::payment::PaymentProvider;
 use crate::payment::alipay::client::{AlipayClient, AlipaySettings, PRODUCTION_GATEWAY};
 use crate::payment::alipay::sign::{AlipayPublicKey, AppKey};
@@ -19,8 +19,29 @@ pub(crate) const SANDBOX_GATEWAY_KEY: &str = "sandbox_gateway_key";
 
 /// The configured provider, and the sandbox gateway when it is the one that takes the money.
 pub(super) struct Payments {
+    /// What the sale service asks for pay URLs and trusts notifications through; `None`
+    /// refuses payments.
     pub provider: Option<Arc<dyn PaymentProvider>>,
+    /// The built-in gateway, when it takes the money: the server serves its routes.
     pub sandbox: Option<Arc<Sandbox>>,
+}
+
+/// Reads and parses the keys the configuration only locates, as a start would, without
+/// starting anything: for `seckill config check`.
+pub fn check_payment_keys(config: &Config) -> anyhow::Result<()> {
+    match config.payment.provider {
+        Some(ProviderKind::Alipay) => shop_keys(&config.alipay).map(drop),
+        None | Some(ProviderKind::Sandbox) => Ok(()),
+    }
+}
+
+/// The shop's keys, each read (from the configuration or its file) and parsed once.
+fn shop_keys(alipay: &AlipayConfig) -> anyhow::Result<(AppKey, AlipayPublicKey)> {
+    let app_key =
+        AppKey::parse(&alipay.private_key_source()?.read()?).context("alipay.private_key")?;
+    let alipay_public_key = AlipayPublicKey::parse(&alipay.alipay_public_key_source()?.read()?)
+        .context("alipay.alipay_public_key")?;
+    Ok((app_key, alipay_public_key))
 }
 
 impl Payments {
@@ -45,10 +66,7 @@ impl Payments {
             }
             Some(ProviderKind::Alipay) => {
                 let alipay = &config.alipay;
-                let app_key = AppKey::parse(alipay.private_key_text()?.expose())
-                    .context("alipay.private_key")?;
-                let alipay_public_key = AlipayPublicKey::parse(&alipay.alipay_public_key_text()?)
-                    .context("alipay.alipay_public_key")?;
+                let (app_key, alipay_public_key) = shop_keys(alipay)?;
                 let client = AlipayClient::new(AlipaySettings {
                     provider_name: "alipay",
                     app_id: alipay.app_id.clone().unwrap_or_default(),

@@ -51,7 +51,7 @@ impl StoreLedger {
             store,
             signer,
             admin_token,
-            location: crate::redact::url(&config.database_url),
+            location: config.database_url.redacted(),
         })
     }
 }

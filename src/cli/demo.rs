@@ -7,10 +7,7 @@ use crate::config::Config;
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let store = crate::app::open_store(&config).await?;
     crate::demo::seed(&store, SystemClock.now_ms()).await?;
-    println!(
-        "demo data is in {}",
-        crate::redact::url(&config.database_url)
-    );
+    println!("demo data is in {}", config.database_url.redacted());
     super::serve::print_demo_logins();
     Ok(())
 }

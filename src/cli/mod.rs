@@ -1,13 +1,14 @@
 //! The command line: one binary, one subcommand per job, each with its own options and `run`.
 
 mod bench;
+mod config_check;
 mod demo;
 mod migrate;
 mod reconcile;
 mod serve;
 mod worker;
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, FILE_VARIABLE, LogFormat};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,7 +22,8 @@ use tracing_subscriber::util::SubscriberInitExt;
 #[command(version, about)]
 struct Cli {
     /// A TOML configuration file; `SECKILL_*` environment variables override it.
-    #[arg(long, global = true, env = "SECKILL_CONFIG")]
+    /// `seckill config check` shows what a file and the environment make.
+    #[arg(long, global = true, env = FILE_VARIABLE)]
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
@@ -29,6 +31,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(config_check::Command),
+    /// The jobs, each run over the loaded configuration.
+    #[command(flatten)]
+    Job(Job),
+}
+
+/// The subcommands that need the configuration loaded and valid before they run.
+#[derive(Subcommand)]
+enum Job {
     /// Run the HTTP server (and, in embedded mode, everything else).
     Serve(serve::Args),
     /// Create or update the database schema, then exit.
@@ -55,16 +68,10 @@ pub fn run() -> ExitCode {
         .map_err(anyhow::Error::from)
         .and_then(|rt| {
             rt.block_on(async {
-                let config = Config::load(cli.config.as_deref())?;
-                // Nothing logs before this: a configuration error is printed on its own.
-                init_tracing(config.log_format);
                 match cli.command {
-                    Command::Serve(args) => serve::run(config, args).await,
-                    Command::Migrate => migrate::run(config).await,
-                    Command::Demo => demo::run(config).await,
-                    Command::Worker => worker::run(config).await,
-                    Command::Bench(args) => bench::run(config, args).await,
-                    Command::Reconcile(args) => reconcile::run(config, args).await,
+                    // It reads the configuration itself, to report what is wrong with it.
+                    Command::Config(command) => config_check::run(command, cli.config),
+                    Command::Job(job) => run_job(job, Config::load(cli.config.as_deref())?).await,
                 }
             })
         });
@@ -74,6 +81,20 @@ pub fn run() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs `job` over `config`.
+async fn run_job(job: Job, config: Config) -> anyhow::Result<()> {
+    // Nothing logs before this: a configuration error is printed on its own.
+    init_tracing(config.log_format);
+    match job {
+        Job::Serve(args) => serve::run(config, args).await,
+        Job::Migrate => migrate::run(config).await,
+        Job::Demo => demo::run(config).await,
+        Job::Worker => worker::run(config).await,
+        Job::Bench(args) => bench::run(config, args).await,
+        Job::Reconcile(args) => reconcile::run(config, args).await,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::app::App;
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{Config, Deployment};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -48,9 +48,11 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     println!(
         "seckill is selling at http://{addr}/  (database {})",
-        crate::redact::url(&config.database_url)
+        config.database_url.redacted()
     );
-    if config.redis_url.is_some() && !config.run_worker {
+    if let Deployment::Cluster(_) = config.deployment()
+        && !config.run_worker
+    {
         println!("cluster mode: accepted orders wait in the Redis outbox for `seckill worker`");
     }
     if let Some(token) = app.generated_admin_token() {

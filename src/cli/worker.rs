@@ -3,13 +3,13 @@
 
 use crate::app::Core;
 use crate::clock::SystemClock;
-use crate::config::Config;
+use crate::config::{Config, Deployment};
 use anyhow::bail;
 use std::sync::Arc;
 
 /// Runs the worker.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    if config.redis_url.is_none() {
+    if let Deployment::Embedded = config.deployment() {
         bail!(
             "`seckill worker` needs SECKILL_REDIS_URL: in embedded mode `seckill serve` stores \
              its orders itself"
@@ -25,7 +25,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     println!(
         "seckill worker is storing orders (database {})",
-        crate::redact::url(&config.database_url)
+        config.database_url.redacted()
     );
     stop.await;
     worker.stop().await;

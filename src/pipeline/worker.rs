@@ -8,7 +8,11 @@ use tokio::task::JoinHandle;
 
 /// Running consumer loops that stop together.
 pub struct Worker {
+    /// Turns true once, at [`Worker::stop`]: every loop watches it between batches, so one
+    /// send stops them all without cutting a batch short.
     stop: watch::Sender<bool>,
+    /// The running loops, awaited at [`Worker::stop`] so their last batches are acknowledged
+    /// before the process exits.
     tasks: Vec<JoinHandle<()>>,
 }
 

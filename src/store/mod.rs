@@ -14,6 +14,7 @@
 pub mod server;
 pub mod sql;
 pub mod sqlite;
+mod url;
 
 use crate::domain::{
     Guard, IdempotencyKey, Image, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product,
@@ -22,12 +23,18 @@ use crate::domain::{
 use async_trait::async_trait;
 use sql::Dialect;
 use std::sync::Arc;
+pub use url::DatabaseUrl;
 
 /// Opens the database `url` names, SQLite file or database server, with at most
 /// `max_connections` (a per-backend default when `None`), and brings its schema up to date.
-pub async fn open(url: &str, max_connections: Option<u32>) -> anyhow::Result<Arc<dyn Store>> {
-    Ok(match Dialect::from_url(url)? {
-        Dialect::Sqlite => Arc::new(sqlite::SqliteStore::open(url, max_connections).await?),
+pub async fn open(
+    url: &DatabaseUrl,
+    max_connections: Option<u32>,
+) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match url.dialect() {
+        Dialect::Sqlite => {
+            Arc::new(sqlite::SqliteStore::open(url.as_str(), max_connections).await?)
+        }
         Dialect::Postgres | Dialect::MySql => {
             Arc::new(server::ServerStore::connect(url, max_connections).await?)
         }

@@ -314,7 +314,7 @@ async fn a_bot_hammering_the_buy_button_is_throttled_with_retry_after() {
 #[tokio::test]
 async fn behind_a_named_proxy_header_each_client_address_has_its_own_throttle() {
     let app = TestApp::spawn_with(std::sync::Arc::new(seckill::clock::SystemClock), |c| {
-        c.client_ip_header = Some("x-forwarded-for".into());
+        c.client_ip_header = Some("x-forwarded-for".parse().unwrap());
         c.rate_limit.per_ip_per_sec = 1;
         c.rate_limit.per_ip_burst = 1;
     })

@@ -8,6 +8,7 @@ mod backpressure;
 mod bad_input;
 mod bench;
 mod buying;
+mod config_file;
 mod connections;
 mod deadlines;
 mod disabled_users;

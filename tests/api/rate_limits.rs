@@ -106,7 +106,7 @@ async fn two_hundred_registrations_from_one_address_make_only_the_allowed_few() 
 #[tokio::test]
 async fn many_addresses_together_register_no_more_than_the_hourly_cap() {
     let app = TestApp::spawn_with(Arc::new(SystemClock), |c| {
-        c.client_ip_header = Some("x-forwarded-for".into());
+        c.client_ip_header = Some("x-forwarded-for".parse().unwrap());
         c.rate_limit.registrations_per_ip_per_hour = 2;
         c.rate_limit.registrations_per_hour = 7;
     })
@@ -296,7 +296,7 @@ async fn two_servers_sharing_redis_allow_a_buyer_an_address_and_an_event_their_l
     let db = Arc::new(TestDatabase::fresh().await);
     let prefix = fresh_prefix();
     let tweak = |c: &mut Config| {
-        c.client_ip_header = Some("x-forwarded-for".into());
+        c.client_ip_header = Some("x-forwarded-for".parse().unwrap());
         c.rate_limit.per_user_per_sec = 1;
         c.rate_limit.per_user_burst = 4;
         c.rate_limit.per_event_per_sec = 6;

@@ -209,7 +209,7 @@ async fn a_flood_of_wrong_sign_ins_hashes_within_the_bound_and_the_right_passwor
 #[tokio::test]
 async fn an_account_is_throttled_after_wrong_passwords_from_any_address_and_others_are_not() {
     let app = TestApp::spawn_with(Arc::new(SystemClock), |config| {
-        config.client_ip_header = Some("x-forwarded-for".into());
+        config.client_ip_header = Some("x-forwarded-for".parse().unwrap());
     })
     .await;
     for name in ["ivy", "jack"] {

@@ -87,9 +87,16 @@ pub struct SandboxSettings {
 
 /// The sandbox gateway: its trades, its clock and its notifier.
 pub struct Sandbox {
+    /// Whom it serves and the keys it verifies and signs with, fixed at start.
     settings: SandboxSettings,
+    /// Every "now" of the gateway (trade times, deadlines, signed timestamps): a test's manual
+    /// clock moves a trade past its deadline without waiting.
     clock: SharedClock,
+    /// The trades, bounded by [`MAX_TRADES`]; one lock, as each request touches one trade
+    /// briefly and the sandbox takes no real load.
     book: Mutex<TradeBook>,
+    /// Sends the signed notifications of paid trades to the shop in the background, with
+    /// retries, as Alipay does.
     notifier: notify::Notifier,
 }
 

@@ -12,9 +12,9 @@ use super::sql::{
     ORDER, ORDERS_OF_USER, RETURN_STOCK, TAKE_STOCK, Tables, query, settle_keys, units_of,
 };
 use super::{
-    AuditEntry, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer, PaymentRecord, Persisted,
-    ProductPatch, RevokedSession, Store, StoreResult, UserAccount, UserCutoff, UserRecord,
-    UserSearch,
+    AuditEntry, DatabaseUrl, KeptPayment, NewProduct, OrderSearch, Overdue, PayAnswer,
+    PaymentRecord, Persisted, ProductPatch, RevokedSession, Store, StoreResult, UserAccount,
+    UserCutoff, UserRecord, UserSearch,
 };
 use crate::domain::{
     Guard, IdempotencyKey, Image, ImageId, Millis, Order, OrderId, Product, ProductId, SaleEvent,
@@ -70,9 +70,10 @@ impl ServerStore {
     /// Connects to the PostgreSQL or MySQL/MariaDB database `url` names (creating it if the
     /// server lacks it) with at most `max_connections` (a default when `None`), and brings the
     /// schema up to date.
-    pub async fn connect(url: &str, max_connections: Option<u32>) -> anyhow::Result<Self> {
+    pub async fn connect(url: &DatabaseUrl, max_connections: Option<u32>) -> anyhow::Result<Self> {
         sqlx::any::install_default_drivers();
-        let dialect = Dialect::from_url(url)?;
+        let dialect = url.dialect();
+        let url = url.as_str();
         anyhow::ensure!(
             dialect != Dialect::Sqlite,
             "a SQLite URL names no database server"

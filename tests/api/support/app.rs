@@ -48,7 +48,7 @@ pub struct TestApp {
 /// loopback address (a test of a limit sets its own).
 pub fn test_config(db: &TestDatabase) -> Config {
     let mut config = Config {
-        database_url: db.url.clone(),
+        database_url: db.url.parse().unwrap(),
         database_max_connections: Some(4),
         secret: Some(Secret::new(SECRET.into())),
         admin_token: Some(Secret::new(ADMIN_TOKEN.into())),

@@ -2,12 +2,27 @@
 //! `SECKILL_*` environment variables (nested keys with `__`, e.g.
 //! `SECKILL_RATE_LIMIT__PER_IP_PER_SEC`). Everything is checked at start-up so a bad value
 //! stops the process before the first request, with a message naming the key.
+//!
+//! Reading is parsing: a value the rest of the program needs in a typed form arrives in it
+//! (the database URL with its dialect, the client address header's name), and the
+//! [`Deployment`] is decided here from `redis_url` and `amqp_url`, so no other module looks at
+//! those strings again. This module names no backend: the typed values it hands out are
+//! defined where the layering lets it import them (`store::DatabaseUrl`).
 
-use anyhow::{Context, bail};
-use serde::Deserialize;
+mod deployment;
+mod load;
+mod payment;
+
+use anyhow::bail;
+use axum::http::HeaderName;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+
+pub use crate::store::DatabaseUrl;
+pub use deployment::{ClusterUrls, Deployment};
+pub use load::{FILE_VARIABLE, Report, Source};
+pub use payment::{AlipayConfig, KeySource, PaymentConfig, ProviderKind};
 
 /// The largest batch: one transaction, one RabbitMQ prefetch window, one outbox read.
 pub const MAX_BATCH: usize = 4_096;
@@ -31,14 +46,18 @@ const MAX_GUARD_SECS: u64 = 24 * 3600;
 pub const MAX_DURATION_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The whole configuration of one process.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Where the HTTP server listens (`SECKILL_HTTP_ADDR`).
     pub http_addr: SocketAddr,
     /// The database (`SECKILL_DATABASE_URL`): `sqlite://PATH`, `postgres://…` or
-    /// `mysql://…` (MySQL and MariaDB).
-    pub database_url: String,
+    /// `mysql://…` (MySQL and MariaDB). Parsed on reading, so it carries its dialect.
+    #[serde(
+        deserialize_with = "database_url",
+        serialize_with = "database_url_text"
+    )]
+    pub database_url: DatabaseUrl,
     /// Most connections this process opens to the database
     /// (`SECKILL_DATABASE_MAX_CONNECTIONS`); unset, 8 for SQLite and 16 for servers.
     pub database_max_connections: Option<u32>,
@@ -117,7 +136,9 @@ pub struct Config {
     /// Behind a reverse proxy: the header it puts the client address in, e.g.
     /// `X-Forwarded-For` (`SECKILL_CLIENT_IP_HEADER`). Its last value is used. Unset, the TCP
     /// peer is the client; never set it without a proxy, or clients choose their own address.
-    pub client_ip_header: Option<String>,
+    /// Parsed on reading, so each request looks the header up without checking its name.
+    #[serde(deserialize_with = "header_name", serialize_with = "header_name_text")]
+    pub client_ip_header: Option<HeaderName>,
     /// Request throttling (`SECKILL_RATE_LIMIT__*`).
     pub rate_limit: RateLimitConfig,
     /// Guarded sales' buy tokens and puzzles (`SECKILL_GUARD__*`).
@@ -136,7 +157,7 @@ pub struct Config {
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// One readable line per event, colored on a terminal.
@@ -146,81 +167,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Who takes the money.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PaymentConfig {
-    /// `sandbox` (the gateway built into this binary: no real money) or `alipay`
-    /// (`SECKILL_PAYMENT__PROVIDER`). Unset, `serve --demo` uses the sandbox and anything
-    /// else refuses to take payments.
-    pub provider: Option<ProviderKind>,
-}
-
-/// A payment provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    /// Alipay's protocol against the gateway this binary serves itself.
-    Sandbox,
-    /// Alipay itself (or Alipay's own sandbox, through `alipay.gateway_url`).
-    Alipay,
-}
-
-/// The shop's Alipay app, as Alipay's open platform console shows it. Each key is given
-/// inline or as a file; a PEM file (PKCS#1 or PKCS#8) or the bare base64 the console shows.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AlipayConfig {
-    /// The app's id (`SECKILL_ALIPAY__APP_ID`).
-    pub app_id: Option<String>,
-    /// The app's private key, which signs every request (`SECKILL_ALIPAY__PRIVATE_KEY`).
-    pub private_key: Option<Secret>,
-    /// The same, from a file (`SECKILL_ALIPAY__PRIVATE_KEY_FILE`).
-    pub private_key_file: Option<PathBuf>,
-    /// Alipay's public key, which verifies notifications and answers
-    /// (`SECKILL_ALIPAY__ALIPAY_PUBLIC_KEY`).
-    pub alipay_public_key: Option<String>,
-    /// The same, from a file (`SECKILL_ALIPAY__ALIPAY_PUBLIC_KEY_FILE`).
-    pub alipay_public_key_file: Option<PathBuf>,
-    /// Alipay's gateway (`SECKILL_ALIPAY__GATEWAY_URL`). Unset, production's
-    /// (`https://openapi.alipay.com/gateway.do`); Alipay's own sandbox is
-    /// `https://openapi-sandbox.dl.alipaydev.com/gateway.do`.
-    pub gateway_url: Option<String>,
-    /// The merchant's seller id (`SECKILL_ALIPAY__SELLER_ID`): when set, a notification paid
-    /// to another seller is refused.
-    pub seller_id: Option<String>,
-}
-
-impl AlipayConfig {
-    /// The app's private key text, from the inline value or the file.
-    pub fn private_key_text(&self) -> anyhow::Result<Secret> {
-        match (&self.private_key, &self.private_key_file) {
-            (Some(key), None) => Ok(key.clone()),
-            (None, Some(file)) => Ok(Secret::new(read_key_file(file, "alipay.private_key_file")?)),
-            _ => bail!("set exactly one of alipay.private_key and alipay.private_key_file"),
-        }
-    }
-
-    /// Alipay's public key text, from the inline value or the file.
-    pub fn alipay_public_key_text(&self) -> anyhow::Result<String> {
-        match (&self.alipay_public_key, &self.alipay_public_key_file) {
-            (Some(key), None) => Ok(key.clone()),
-            (None, Some(file)) => read_key_file(file, "alipay.alipay_public_key_file"),
-            _ => bail!(
-                "set exactly one of alipay.alipay_public_key and alipay.alipay_public_key_file"
-            ),
-        }
-    }
-}
-
-fn read_key_file(file: &Path, key: &str) -> anyhow::Result<String> {
-    std::fs::read_to_string(file).with_context(|| format!("{key}: reading {}", file.display()))
-}
-
 /// Request limits. A buyer clicking "buy" a few times a second is human; hundreds is a bot. A
 /// rate with a burst allows the burst at once and then the rate; in cluster mode every limit is
 /// shared by the servers, counted in Redis.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Buy attempts per second per user.
@@ -250,7 +200,7 @@ pub struct RateLimitConfig {
 
 /// What guarded sales ask of buyers: when buy tokens are handed out and how long they last,
 /// and how hard the proof-of-work puzzle is.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GuardConfig {
     /// Buy tokens of a guarded sale are handed out from this long before its start
@@ -284,7 +234,9 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            database_url: "sqlite://seckill.db".into(),
+            database_url: "sqlite://seckill.db"
+                .parse()
+                .expect("the default database URL is a SQLite URL"),
             database_max_connections: None,
             redis_url: None,
             redis_key_prefix: "seckill:".into(),
@@ -336,26 +288,6 @@ impl Default for RateLimitConfig {
 }
 
 impl Config {
-    /// Reads defaults, then `file` if given, then the environment, and validates the result.
-    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
-        let mut builder = config::Config::builder();
-        if let Some(file) = file {
-            builder = builder.add_source(config::File::from(file).required(true));
-        }
-        Self::read(builder.add_source(environment()))
-    }
-
-    /// The configuration `builder`'s sources make, over the defaults, validated.
-    fn read(builder: config::ConfigBuilder<config::builder::DefaultState>) -> anyhow::Result<Self> {
-        let config: Config = builder
-            .build()
-            .context("reading configuration")?
-            .try_deserialize()
-            .context("invalid configuration")?;
-        config.validate()?;
-        Ok(config)
-    }
-
     /// Rejects values that would only fail later, at the worst moment.
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(secret) = &self.secret
@@ -368,8 +300,6 @@ impl Config {
         {
             bail!("admin_token (SECKILL_ADMIN_TOKEN) must be at least 16 bytes");
         }
-        crate::store::sql::Dialect::from_url(&self.database_url)
-            .context("database_url (SECKILL_DATABASE_URL)")?;
         if self.database_max_connections == Some(0) {
             bail!("database_max_connections must be positive");
         }
@@ -399,12 +329,7 @@ impl Config {
                 "commit_queue_max_orders (SECKILL_COMMIT_QUEUE_MAX_ORDERS) must be 1 to {MAX_BACKLOG}"
             );
         }
-        if let Some(name) = &self.client_ip_header
-            && axum::http::HeaderName::try_from(name.as_str()).is_err()
-        {
-            bail!("client_ip_header (SECKILL_CLIENT_IP_HEADER) is not a valid header name");
-        }
-        if self.amqp_url.is_some() && self.redis_url.is_none() {
+        if let (Deployment::Embedded, Some(_)) = (self.deployment(), &self.amqp_url) {
             bail!("amqp_url (SECKILL_AMQP_URL) needs redis_url: RabbitMQ carries the Redis outbox");
         }
         if self.claim_after_ms == 0 {
@@ -436,8 +361,8 @@ impl Config {
                      Alipay sends its notifications there"
                 );
             }
-            self.alipay.private_key_text()?;
-            self.alipay.alipay_public_key_text()?;
+            self.alipay.private_key_source()?;
+            self.alipay.alipay_public_key_source()?;
         }
         let r = &self.rate_limit;
         if [
@@ -466,18 +391,49 @@ impl Config {
     }
 }
 
-/// The `SECKILL_*` variables, nested keys joined with `__`.
-fn environment() -> config::Environment {
-    config::Environment::with_prefix("SECKILL")
-        .prefix_separator("_")
-        .separator("__")
-        .try_parsing(true)
+/// Reads `database_url`, naming the setting when its scheme is not a supported database.
+fn database_url<'de, D: Deserializer<'de>>(value: D) -> Result<DatabaseUrl, D::Error> {
+    let text = String::deserialize(value)?;
+    DatabaseUrl::try_from(text).map_err(|e| {
+        serde::de::Error::custom(format!("database_url (SECKILL_DATABASE_URL): {e:#}"))
+    })
+}
+
+fn database_url_text<S: Serializer>(url: &DatabaseUrl, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(url.as_str())
+}
+
+/// Reads `client_ip_header`, naming the setting when it is not a header name.
+fn header_name<'de, D: Deserializer<'de>>(value: D) -> Result<Option<HeaderName>, D::Error> {
+    let text = String::deserialize(value)?;
+    HeaderName::try_from(text).map(Some).map_err(|_| {
+        serde::de::Error::custom(
+            "client_ip_header (SECKILL_CLIENT_IP_HEADER) is not a valid header name",
+        )
+    })
+}
+
+fn header_name_text<S: Serializer>(name: &Option<HeaderName>, out: S) -> Result<S::Ok, S::Error> {
+    match name {
+        Some(name) => out.serialize_some(name.as_str()),
+        None => out.serialize_none(),
+    }
 }
 
 /// A secret value: never printed, compared in constant time.
 #[derive(Clone, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
+
+/// Written as a mark, never the value, so a configuration shown whole shows no secret.
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(REDACTED)
+    }
+}
+
+/// What a secret is written as.
+pub const REDACTED: &str = "(secret)";
 
 impl Secret {
     /// Wraps a secret read from storage or generated.
@@ -639,7 +595,7 @@ mod tests {
         let variables = [("SECKILL_RATE_LIMIT__REGISTRATIONS_PER_IP_PER_HOUR", "3")];
         let variables = variables.map(|(k, v)| (k.to_owned(), v.to_owned()));
         let config: Config = config::Config::builder()
-            .add_source(environment().source(Some(variables.into_iter().collect())))
+            .add_source(load::environment(variables.into_iter().collect()))
             .build()
             .and_then(|c| c.try_deserialize())
             .unwrap();
@@ -670,7 +626,7 @@ mod tests {
             Config::read(
                 config::Config::builder()
                     .add_source(config::File::from_str(toml, config::FileFormat::Toml))
-                    .add_source(environment().source(Some(variables))),
+                    .add_source(load::environment(variables)),
             )
         }
 
