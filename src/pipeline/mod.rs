@@ -8,7 +8,9 @@ pub mod drain;
 pub mod fleet;
 pub mod group_commit;
 pub mod leader;
+mod outboxed;
 pub mod ticker;
 pub mod worker;
 
 pub use group_commit::GroupCommit;
+pub use outboxed::Outboxed;
