@@ -6,6 +6,7 @@ mod accepted;
 mod admin;
 mod backoff;
 mod buy;
+mod cancels;
 mod catalog;
 mod controls;
 mod durability;
@@ -99,11 +100,11 @@ pub struct SaleService {
 }
 
 impl SaleService {
-    /// Builds the service and rebuilds the gate from the database: every product whose sale
-    /// is due is loaded with the database's stock and holdings, the source of truth.
-    pub async fn start(parts: SaleParts, settings: SaleSettings) -> anyhow::Result<Arc<Self>> {
+    /// The service over `parts`, knowing no product yet: [`SaleService::start`] (`preheat.rs`)
+    /// reads the catalog and rebuilds the gate.
+    fn new(parts: SaleParts, settings: SaleSettings) -> Self {
         let started_at = parts.clock.now_ms();
-        let service = Arc::new(Self {
+        Self {
             catalog: Catalog::default(),
             store: parts.store,
             gate: parts.gate,
@@ -121,10 +122,7 @@ impl SaleService {
             refund_backoff: backoff::Backoff::default(),
             started_at,
             accepted: accepted::AcceptedUnits::default(),
-        });
-        service.refresh_catalog().await?;
-        unless_rebuild_waits(service.preheat_due().await)?;
-        Ok(service)
+        }
     }
 
     /// Reads the sale events and products again from the database, so those another process
@@ -137,14 +135,6 @@ impl SaleService {
             self.catalog.put(&product);
         }
         Ok(())
-    }
-
-    /// Lifts the local sold-out flag of products that have units again in the gate: a cancel
-    /// in another process (the scheduler's sweep, a worker's deadline) returned them.
-    pub async fn refresh_sold_out(&self) {
-        for id in self.catalog.flagged_sold_out() {
-            self.lift_sold_out_if_stocked(id).await;
-        }
     }
 
     /// Every product this process knows.
