@@ -398,4 +398,30 @@ mod tests {
         let labels: HashSet<_> = Outcome::ALL.iter().map(|o| o.label()).collect();
         assert_eq!(labels.len(), Outcome::ALL.len());
     }
+
+    /// `count` writes each label as a literal (see its comment): each outcome must count under
+    /// the label `label` gives it, which the dashboard and `/metrics` share.
+    #[test]
+    fn every_outcome_counts_under_its_own_label() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        for (times, outcome) in (1..).zip(Outcome::ALL) {
+            metrics::with_local_recorder(&recorder, || {
+                for _ in 0..times {
+                    outcome.count();
+                }
+            });
+        }
+        let text = handle.render();
+        for (times, outcome) in (1..).zip(Outcome::ALL) {
+            let line = format!(
+                "seckill_buys_total{{outcome=\"{}\"}} {times}",
+                outcome.label()
+            );
+            assert!(
+                text.lines().any(|l| l == line),
+                "{outcome:?} not counted as {line:?} in:\n{text}"
+            );
+        }
+    }
 }
