@@ -58,8 +58,8 @@ impl SaleService {
         key: Option<IdempotencyKey>,
     ) -> Result<Order, BuyError> {
         let bought = self.buy_once(user, product_id, quantity, key).await;
-        if let Ok(Bought::New(order)) = &bought {
-            self.accepted.add(order);
+        if let (Ok(Bought::New(order)), Some(accepted)) = (&bought, &self.accepted) {
+            accepted.add(order);
         }
         let outcome = Outcome::of(&bought);
         outcome.count();

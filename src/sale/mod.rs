@@ -115,8 +115,9 @@ pub struct SaleService {
     /// accepted units are told apart from an earlier run's under the same node id.
     started_at: Millis,
     /// Units of each product this process accepted, shared with the fleet: what a Redis that
-    /// lost its data can be checked against.
-    accepted: accepted::AcceptedUnits,
+    /// lost its data can be checked against. Only with a fleet (cluster mode): a process alone
+    /// makes each order durable before it answers.
+    accepted: Option<accepted::AcceptedUnits>,
 }
 
 impl SaleService {
@@ -124,6 +125,10 @@ impl SaleService {
     /// reads the catalog and rebuilds the gate.
     fn new(parts: SaleParts, settings: SaleSettings) -> Self {
         let started_at = parts.clock.now_ms();
+        let accepted = parts
+            .fleet
+            .as_ref()
+            .map(|_| accepted::AcceptedUnits::default());
         Self {
             catalog: Catalog::default(),
             store: parts.store,
@@ -141,7 +146,7 @@ impl SaleService {
             readings: overview::Readings::default(),
             refund_backoff: backoff::Backoff::default(),
             started_at,
-            accepted: accepted::AcceptedUnits::default(),
+            accepted,
         }
     }
 
