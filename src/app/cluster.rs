@@ -3,8 +3,8 @@
 
 use crate::config::{ClusterUrls, Config};
 use crate::gate::StockGate;
+use crate::gate::redis::Outbox;
 use crate::gate::redis::RedisGate;
-use crate::gate::redis::outbox::Outbox;
 use crate::lease;
 use crate::limits::Limiter;
 use crate::limits::redis::RedisLimiter;

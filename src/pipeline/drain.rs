@@ -6,8 +6,8 @@
 //! reached it already.
 
 use crate::domain::{Order, ProductId};
-use crate::gate::redis::outbox::{Outbox, OutboxEntry};
-use crate::sale::{Durability, PersistError, SaleService};
+use crate::gate::redis::{Outbox, OutboxEntry};
+use crate::sale::SaleService;
 use crate::store::{Persisted, Store};
 use anyhow::ensure;
 use async_trait::async_trait;
@@ -15,23 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// Orders the gate appended to its outbox: durable already, in the database once a worker has
-/// drained them.
-pub struct Outboxed;
-
-#[async_trait]
-impl Durability for Outboxed {
-    async fn persist(&self, _order: &Order) -> Result<Persisted, PersistError> {
-        Ok(Persisted::Inserted)
-    }
-
-    /// A minute: far longer than a working drain takes, short enough that an id nobody sold
-    /// soon reads as unknown.
-    fn in_flight_for_ms(&self) -> i64 {
-        60_000
-    }
-}
 
 /// What became of one order handed to a sink.
 #[derive(Debug, Clone, PartialEq, Eq)]

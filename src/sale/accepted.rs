@@ -9,6 +9,10 @@
 //! A gate rebuilt after Redis lost its data subtracts them, so it never sells what those orders
 //! hold (see `SaleService::preheat`), and waits until every live server has shared its counts
 //! again; `seckill reconcile` reports them.
+//!
+//! Only a server with a fleet to share with (cluster mode) counts: a process alone makes every
+//! order durable before it answers, so nothing it accepted can go unaccounted for, and its buys
+//! skip the count.
 
 use super::SaleService;
 use crate::domain::{Millis, Order, OrderId, ProductId};
@@ -42,7 +46,10 @@ impl SaleService {
         super::Accepted {
             node: self.ids.node(),
             since: self.started_at,
-            units: self.accepted.snapshot(),
+            units: self
+                .accepted
+                .as_ref()
+                .map_or_else(Vec::new, AcceptedUnits::snapshot),
         }
     }
 

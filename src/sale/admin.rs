@@ -332,17 +332,6 @@ impl SaleService {
         self.catalog.row(id)
     }
 
-    /// The product a buy of `id` would take to the stock gate: `None` when this process
-    /// answers such a buy by itself, the product being unknown here or flagged sold out (see
-    /// [`Self::buy`]). Only buys that reach the gate cost the other servers anything.
-    pub fn gate_bound(&self, id: ProductId) -> Option<Arc<Product>> {
-        let entry = self.catalog.get(id)?;
-        if entry.sold_out.load(std::sync::atomic::Ordering::SeqCst) {
-            return None;
-        }
-        self.catalog.row(id)
-    }
-
     /// The products of a sale event as shoppers see them (see [`Self::shown_product`]), in
     /// sale order. Every open sale page asks for them every two seconds.
     pub fn shown_products_of_event(&self, event: i64) -> Vec<Arc<Product>> {

@@ -6,7 +6,7 @@
 use super::catalog::Entry;
 use super::{PersistError, RebuildWaits, SaleService};
 use crate::domain::{
-    IdempotencyKey, Millis, Order, OrderId, OrderStatus, ProductId, Quantity, UserId,
+    IdempotencyKey, Millis, Order, OrderId, OrderStatus, Product, ProductId, Quantity, UserId,
 };
 use crate::gate::{GateError, Rejection, Reserved};
 use crate::store::Persisted;
@@ -34,6 +34,17 @@ pub(super) enum Bought {
 }
 
 impl SaleService {
+    /// The product a buy of `id` would take to the stock gate: `None` when this process
+    /// answers such a buy by itself, the product being unknown here or flagged sold out (see
+    /// [`Self::buy`]). Only buys that reach the gate cost the other servers anything.
+    pub fn gate_bound(&self, id: ProductId) -> Option<Arc<Product>> {
+        let entry = self.catalog.get(id)?;
+        if entry.sold_out.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.catalog.row(id)
+    }
+
     /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is durable
     /// (see [`Durability`](super::Durability)), so an answered buy survives a crash. With
     /// `key`, a retry (the same key, product and quantity, within the key's lifetime) returns
@@ -47,8 +58,8 @@ impl SaleService {
         key: Option<IdempotencyKey>,
     ) -> Result<Order, BuyError> {
         let bought = self.buy_once(user, product_id, quantity, key).await;
-        if let Ok(Bought::New(order)) = &bought {
-            self.accepted.add(order);
+        if let (Ok(Bought::New(order)), Some(accepted)) = (&bought, &self.accepted) {
+            accepted.add(order);
         }
         let outcome = Outcome::of(&bought);
         outcome.count();
@@ -98,13 +109,27 @@ impl SaleService {
         self.decide(order, &entry, now).await
     }
 
-    /// The gate's step, then the order made durable: everything of a buy that changes state.
-    pub(super) async fn decide(
-        &self,
+    /// Decides a buy with an idempotency key in a task of its own, so it runs to its end (the
+    /// order durable, or the gate's units and key given back) even when its buyer leaves: the
+    /// buyer's retry is answered from it (see `idempotency.rs`).
+    async fn decide_keyed(
+        self: &Arc<Self>,
         order: Order,
-        entry: &Entry,
+        entry: Arc<Entry>,
         now: Millis,
     ) -> Result<Bought, BuyError> {
+        let service = Arc::clone(self);
+        let decided = tokio::spawn(async move {
+            let _deciding = service.in_flight.start(order.id);
+            service.decide(order, &entry, now).await
+        });
+        decided
+            .await
+            .map_err(|e| BuyError::Unavailable(anyhow::Error::new(e).context("a keyed buy")))?
+    }
+
+    /// The gate's step, then the order made durable: everything of a buy that changes state.
+    async fn decide(&self, order: Order, entry: &Entry, now: Millis) -> Result<Bought, BuyError> {
         if let Reserved::Replayed(first) = self.reserve(&order, entry, now).await? {
             return self.replayed(first).await.map(Bought::Replayed);
         }
@@ -209,6 +234,14 @@ impl SaleService {
         };
         entry.sold_out.store(true, Ordering::SeqCst);
         self.lift_sold_out_if_stocked(product_id).await;
+    }
+
+    /// Lifts the local sold-out flag of products that have units again in the gate: a cancel
+    /// in another process (the scheduler's sweep, a worker's deadline) returned them.
+    pub async fn refresh_sold_out(&self) {
+        for id in self.catalog.flagged_sold_out() {
+            self.lift_sold_out_if_stocked(id).await;
+        }
     }
 
     /// Clears a product's sold-out flag when the gate holds units of it again.
@@ -364,5 +397,31 @@ mod tests {
         }
         let labels: HashSet<_> = Outcome::ALL.iter().map(|o| o.label()).collect();
         assert_eq!(labels.len(), Outcome::ALL.len());
+    }
+
+    /// `count` writes each label as a literal (see its comment): each outcome must count under
+    /// the label `label` gives it, which the dashboard and `/metrics` share.
+    #[test]
+    fn every_outcome_counts_under_its_own_label() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        for (times, outcome) in (1..).zip(Outcome::ALL) {
+            metrics::with_local_recorder(&recorder, || {
+                for _ in 0..times {
+                    outcome.count();
+                }
+            });
+        }
+        let text = handle.render();
+        for (times, outcome) in (1..).zip(Outcome::ALL) {
+            let line = format!(
+                "seckill_buys_total{{outcome=\"{}\"}} {times}",
+                outcome.label()
+            );
+            assert!(
+                text.lines().any(|l| l == line),
+                "{outcome:?} not counted as {line:?} in:\n{text}"
+            );
+        }
     }
 }

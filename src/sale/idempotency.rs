@@ -1,23 +1,20 @@
-//! Retries answered as the first time (`Idempotency-Key`). A buy with a key is kept with its
-//! order in the gate's own atomic step, so a retry (the same buyer and key) is answered with
-//! that order on any server, even when the server that took the first buy died before its
-//! answer; the database keeps the key with the order, for a gate rebuilt from it. A pay call
-//! with a key keeps its answer in the database, so a retry gets the same pay URL.
+//! Buys retried with an `Idempotency-Key`, answered as the first time. A buy with a key is kept
+//! with its order in the gate's own atomic step, so a retry (the same buyer and key) is answered
+//! with that order on any server, even when the server that took the first buy died before its
+//! answer; the database keeps the key with the order, for a gate rebuilt from it. (A pay call
+//! with a key: `payments.rs`.)
 //!
 //! A retry's answer is the first order as it is now: stored, with its status today (paid,
 //! cancelled); not stored yet, as the gate kept it. It is given only once that order is durable:
 //! a retry arriving while the first buy is still on its way waits for it in this process (in
 //! embedded mode, the only process, the first buy is durable only once its batch is committed).
+//!
+//! The buy calls in here (`buy.rs`), never the other way: nothing here decides a buy.
 
 use super::SaleService;
 use super::buy::{Bought, BuyError};
-use super::catalog::Entry;
-use super::orders::OrderError;
-use super::payments::PayLink;
-use crate::domain::{IdempotencyKey, Millis, Order, OrderId, UserId};
+use crate::domain::{Order, OrderId};
 use crate::gate::{GateError, Rejection};
-use crate::payment::Channel;
-use crate::store::{PayAnswer, StoreResult};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::OwnedMutexGuard;
@@ -28,7 +25,7 @@ use tokio::sync::OwnedMutexGuard;
 pub(super) struct InFlight(Mutex<HashMap<OrderId, Arc<tokio::sync::Mutex<()>>>>);
 
 /// A keyed buy on its way: while it lives, retries answered with its order wait.
-struct Deciding<'a> {
+pub(super) struct Deciding<'a> {
     in_flight: &'a InFlight,
     id: OrderId,
     /// Released after the entry is gone, when this is dropped.
@@ -37,7 +34,7 @@ struct Deciding<'a> {
 
 impl InFlight {
     /// Marks the buy of order `id` as on its way, until the guard is dropped.
-    fn start(&self, id: OrderId) -> Deciding<'_> {
+    pub(super) fn start(&self, id: OrderId) -> Deciding<'_> {
         let lock = Arc::new(tokio::sync::Mutex::new(()));
         let held = Arc::clone(&lock)
             .try_lock_owned()
@@ -78,25 +75,6 @@ impl Drop for Deciding<'_> {
 }
 
 impl SaleService {
-    /// Decides a buy with an idempotency key in a task of its own, so it runs to its end (the
-    /// order durable, or the gate's units and key given back) even when its buyer leaves: the
-    /// buyer's retry is answered from it.
-    pub(super) async fn decide_keyed(
-        self: &Arc<Self>,
-        order: Order,
-        entry: Arc<Entry>,
-        now: Millis,
-    ) -> Result<Bought, BuyError> {
-        let service = Arc::clone(self);
-        let decided = tokio::spawn(async move {
-            let _deciding = service.in_flight.start(order.id);
-            service.decide(order, &entry, now).await
-        });
-        decided
-            .await
-            .map_err(|e| BuyError::Unavailable(anyhow::Error::new(e).context("a keyed buy")))?
-    }
-
     /// A keyed buy of a product flagged sold out in this process: the order its key made, if
     /// the gate keeps one (the retry of the buy that took the last unit); else sold out.
     pub(super) async fn kept_or_sold_out(&self, order: &Order) -> Result<Bought, BuyError> {
@@ -129,63 +107,5 @@ impl SaleService {
             ))),
             Err(e) => Err(BuyError::Unavailable(e.into())),
         }
-    }
-
-    /// [`SaleService::pay`] with an idempotency key: the first call's answer is kept, and a
-    /// retry (the same buyer and key, for the same order and channel, within the key's
-    /// lifetime) gets it again, whatever became of the order since; the key sent for another
-    /// order or channel is refused ([`OrderError::KeyReused`]).
-    pub async fn pay_with_key(
-        &self,
-        user: UserId,
-        id: OrderId,
-        channel: Channel,
-        key: Option<IdempotencyKey>,
-    ) -> Result<PayLink, OrderError> {
-        let Some(key) = key else {
-            return self.pay(user, id, channel).await;
-        };
-        let now = self.now();
-        let kept = self.store.pay_answer(user, &key).await?;
-        if let Some(kept) = kept.filter(|kept| IdempotencyKey::is_live(kept.created_at, now)) {
-            return self.pay_replayed(&kept, id, channel);
-        }
-        let link = self.pay(user, id, channel).await?;
-        let answer = PayAnswer {
-            user,
-            key,
-            order: id,
-            channel: channel.as_str().to_owned(),
-            pay_url: link.pay_url,
-            created_at: now,
-        };
-        self.store.keep_pay_answer(&answer).await?;
-        // A retry that ran alongside may have kept its answer first: all answer with that one.
-        let kept = self.store.pay_answer(user, &answer.key).await?;
-        self.pay_replayed(kept.as_ref().unwrap_or(&answer), id, channel)
-    }
-
-    /// A kept pay answer, for a call asking to pay order `id` through `channel`.
-    fn pay_replayed(
-        &self,
-        kept: &PayAnswer,
-        id: OrderId,
-        channel: Channel,
-    ) -> Result<PayLink, OrderError> {
-        if kept.order != id || kept.channel != channel.as_str() {
-            return Err(OrderError::KeyReused);
-        }
-        Ok(PayLink {
-            order_id: id,
-            provider: self.provider_name().ok_or(OrderError::NotConfigured)?,
-            pay_url: kept.pay_url.clone(),
-        })
-    }
-
-    /// Drops the kept pay answers whose keys' lifetime has passed; how many. Run by the
-    /// ticker.
-    pub async fn forget_expired_pay_answers(&self) -> StoreResult<u64> {
-        let before = self.now() - IdempotencyKey::LIFETIME_MS;
-        self.store.forget_pay_answers(before).await
     }
 }

@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod backoff;
 mod buy;
+mod cancels;
 mod catalog;
 mod controls;
 mod durability;
@@ -55,57 +56,82 @@ pub struct SaleSettings {
 
 /// What the sale rules work through; the deployment mode chooses each part.
 pub struct SaleParts {
+    /// The database, the source of truth: products, orders, payments, the audit log.
     pub store: Arc<dyn Store>,
+    /// Where a buy is decided in one atomic step: in this process, or in Redis for every server.
     pub gate: Arc<dyn StockGate>,
+    /// How an order the gate accepted becomes durable before its buyer is answered: a group
+    /// commit into the database, or nothing more once the gate's outbox holds it.
     pub durability: Arc<dyn Durability>,
     /// Where a payment for an order still on its way to the database waits, when the
     /// deployment has such a queue; without one such a payment is refused as pending.
     pub payments: Option<Arc<dyn PaymentQueue>>,
     /// Who takes the money; without one, paying is refused (`payments_not_configured`).
     pub provider: Option<Arc<dyn PaymentProvider>>,
-    /// The cluster's other servers and its queues, for the dashboard; none for a process alone.
+    /// The cluster's other servers and its queues, for the dashboard and the accepted units a
+    /// Redis that lost its data is checked against; none for a process alone.
     pub fleet: Option<Arc<dyn Fleet>>,
+    /// Makes the order ids, unique across the processes that share a database.
     pub ids: Snowflake,
+    /// The time every rule reads: a manual clock in tests.
     pub clock: SharedClock,
 }
 
-/// Buying, paying, cancelling and the operator's changes, for one process.
+/// Buying, paying, cancelling and the operator's changes, for one process. Built by
+/// [`SaleService::start`] (`preheat.rs`); its methods are spread over the files of `sale/` by
+/// domain, each file calling only files it does not depend back on (`tests/sale_calls.rs`).
 pub struct SaleService {
+    /// See [`SaleParts::store`].
     store: Arc<dyn Store>,
+    /// See [`SaleParts::gate`].
     gate: Arc<dyn StockGate>,
+    /// See [`SaleParts::durability`].
     durability: Arc<dyn Durability>,
+    /// See [`SaleParts::ids`].
     ids: Snowflake,
+    /// See [`SaleParts::clock`].
     clock: SharedClock,
     /// Products this process knows, with their local sold-out flags: the filter that keeps
     /// unknown ids and sold-out products away from the gate.
     catalog: Catalog,
+    /// The payment window, the preheat lead and the default per-user limit.
     settings: SaleSettings,
     /// Preheats one at a time, shared by the buys that find their product missing.
     preheats: preheat::Preheats,
+    /// See [`SaleParts::payments`].
     payments: Option<Arc<dyn PaymentQueue>>,
+    /// See [`SaleParts::provider`].
     provider: Option<Arc<dyn PaymentProvider>>,
-    /// Buys by outcome since the process started.
+    /// Buys by outcome since the process started, for the dashboard (which must not need a
+    /// metrics recorder).
     tally: buy::BuyTally,
     /// Keyed buys on their way, which retries answered with their orders wait for.
     in_flight: idempotency::InFlight,
+    /// See [`SaleParts::fleet`].
     fleet: Option<Arc<dyn Fleet>>,
-    /// The dashboard's latest reading.
+    /// The dashboard's latest reading, shared by whoever asks within its second.
     readings: overview::Readings,
     /// Refunds the provider did not take, waiting before they are asked again.
     refund_backoff: backoff::Backoff,
-    /// When this process started: every order it makes has an id made since.
+    /// When this process started: every order it makes has an id made since, which is how its
+    /// accepted units are told apart from an earlier run's under the same node id.
     started_at: Millis,
     /// Units of each product this process accepted, shared with the fleet: what a Redis that
-    /// lost its data can be checked against.
-    accepted: accepted::AcceptedUnits,
+    /// lost its data can be checked against. Only with a fleet (cluster mode): a process alone
+    /// makes each order durable before it answers.
+    accepted: Option<accepted::AcceptedUnits>,
 }
 
 impl SaleService {
-    /// Builds the service and rebuilds the gate from the database: every product whose sale
-    /// is due is loaded with the database's stock and holdings, the source of truth.
-    pub async fn start(parts: SaleParts, settings: SaleSettings) -> anyhow::Result<Arc<Self>> {
+    /// The service over `parts`, knowing no product yet: [`SaleService::start`] (`preheat.rs`)
+    /// reads the catalog and rebuilds the gate.
+    fn new(parts: SaleParts, settings: SaleSettings) -> Self {
         let started_at = parts.clock.now_ms();
-        let service = Arc::new(Self {
+        let accepted = parts
+            .fleet
+            .as_ref()
+            .map(|_| accepted::AcceptedUnits::default());
+        Self {
             catalog: Catalog::default(),
             store: parts.store,
             gate: parts.gate,
@@ -122,11 +148,8 @@ impl SaleService {
             readings: overview::Readings::default(),
             refund_backoff: backoff::Backoff::default(),
             started_at,
-            accepted: accepted::AcceptedUnits::default(),
-        });
-        service.refresh_catalog().await?;
-        unless_rebuild_waits(service.preheat_due().await)?;
-        Ok(service)
+            accepted,
+        }
     }
 
     /// Reads the sale events and products again from the database, so those another process
@@ -139,14 +162,6 @@ impl SaleService {
             self.catalog.put(&product);
         }
         Ok(())
-    }
-
-    /// Lifts the local sold-out flag of products that have units again in the gate: a cancel
-    /// in another process (the scheduler's sweep, a worker's deadline) returned them.
-    pub async fn refresh_sold_out(&self) {
-        for id in self.catalog.flagged_sold_out() {
-            self.lift_sold_out_if_stocked(id).await;
-        }
     }
 
     /// Every product this process knows.

@@ -1,12 +1,13 @@
 //! Taking the money: a signed pay URL for the buyer, then the provider's word (a notification,
 //! or its answer when asked) applied exactly once. An order becomes paid only on that word,
-//! checked against the order; money that arrives for a cancelled order goes back.
+//! checked against the order; money that arrives for a cancelled order goes back. A pay call
+//! with an `Idempotency-Key` keeps its answer in the database, so a retry gets the same pay URL.
 
 use super::SaleService;
-use super::orders::{Asked, OrderError, QueuedPayment};
-use crate::domain::{Millis, Order, OrderId, OrderStatus, UserId};
+use super::orders::{OrderError, QueuedPayment};
+use crate::domain::{IdempotencyKey, Millis, Order, OrderId, OrderStatus, UserId};
 use crate::payment::{Channel, PayRequest, PaymentProvider, Trade};
-use crate::store::PaymentRecord;
+use crate::store::{PayAnswer, PaymentRecord, StoreResult};
 
 /// Where the buyer pays an order.
 #[derive(Debug, Clone)]
@@ -28,6 +29,16 @@ pub enum Settled {
     NotPaid,
     /// The order is still on its way to the database: the payment waits in the paid queue.
     Queued,
+}
+
+/// What the provider said about an overdue order.
+pub(super) enum Asked {
+    /// Not paid: the order may be cancelled.
+    Unpaid,
+    /// Paid after all, and settled so.
+    Settled,
+    /// Not known now (the gateway cannot be reached, or disagrees with the order).
+    Unknown,
 }
 
 /// How many refunds due one read of the database finds.
@@ -298,6 +309,63 @@ impl SaleService {
         }
     }
 
+    /// [`SaleService::pay`] with an idempotency key: the first call's answer is kept, and a
+    /// retry (the same buyer and key, for the same order and channel, within the key's
+    /// lifetime) gets it again, whatever became of the order since; the key sent for another
+    /// order or channel is refused ([`OrderError::KeyReused`]).
+    pub async fn pay_with_key(
+        &self,
+        user: UserId,
+        id: OrderId,
+        channel: Channel,
+        key: Option<IdempotencyKey>,
+    ) -> Result<PayLink, OrderError> {
+        let Some(key) = key else {
+            return self.pay(user, id, channel).await;
+        };
+        let now = self.now();
+        let kept = self.store.pay_answer(user, &key).await?;
+        if let Some(kept) = kept.filter(|kept| IdempotencyKey::is_live(kept.created_at, now)) {
+            return self.pay_replayed(&kept, id, channel);
+        }
+        let link = self.pay(user, id, channel).await?;
+        let answer = PayAnswer {
+            user,
+            key,
+            order: id,
+            channel: channel.as_str().to_owned(),
+            pay_url: link.pay_url,
+            created_at: now,
+        };
+        self.store.keep_pay_answer(&answer).await?;
+        // A retry that ran alongside may have kept its answer first: all answer with that one.
+        let kept = self.store.pay_answer(user, &answer.key).await?;
+        self.pay_replayed(kept.as_ref().unwrap_or(&answer), id, channel)
+    }
+
+    /// A kept pay answer, for a call asking to pay order `id` through `channel`.
+    fn pay_replayed(
+        &self,
+        kept: &PayAnswer,
+        id: OrderId,
+        channel: Channel,
+    ) -> Result<PayLink, OrderError> {
+        if kept.order != id || kept.channel != channel.as_str() {
+            return Err(OrderError::KeyReused);
+        }
+        Ok(PayLink {
+            order_id: id,
+            provider: self.provider_name().ok_or(OrderError::NotConfigured)?,
+            pay_url: kept.pay_url.clone(),
+        })
+    }
+
+    /// Drops the kept pay answers whose keys' lifetime has passed; how many. Run by the
+    /// ticker.
+    pub async fn forget_expired_pay_answers(&self) -> StoreResult<u64> {
+        let before = self.now() - IdempotencyKey::LIFETIME_MS;
+        self.store.forget_pay_answers(before).await
+    }
     /// An order that must be in the database.
     async fn stored(&self, id: OrderId) -> Result<Order, OrderError> {
         self.store.order(id).await?.ok_or(OrderError::NotFound)

@@ -4,13 +4,13 @@
 //! in flight; the buys that find their product missing share one rebuild rather than queue for
 //! one each.
 
-use super::SaleService;
-use super::unless_not_loaded;
+use super::{SaleParts, SaleService, SaleSettings, unless_not_loaded, unless_rebuild_waits};
 use crate::domain::{
     IdempotencyKey, Millis, Order, OrderId, Product, ProductId, SaleWindow, UserId,
 };
 use crate::gate::GateProduct;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A product the gate lost is not loaded again yet: the live servers have not all shared the
@@ -36,6 +36,16 @@ impl Preheats {
 }
 
 impl SaleService {
+    /// Builds the service and rebuilds the gate from the database: every product whose sale
+    /// is due is loaded with the database's stock and holdings, the source of truth. (Here,
+    /// beside the preheat it runs, so the files of `sale/` call each other in one direction.)
+    pub async fn start(parts: SaleParts, settings: SaleSettings) -> anyhow::Result<Arc<Self>> {
+        let service = Arc::new(Self::new(parts, settings));
+        service.refresh_catalog().await?;
+        unless_rebuild_waits(service.preheat_due().await)?;
+        Ok(service)
+    }
+
     /// Loads into the gate every known product whose sale starts within the preheat lead and
     /// has not ended. Run at start-up and by the ticker every second.
     pub async fn preheat_due(&self) -> anyhow::Result<()> {

@@ -20,7 +20,9 @@ mod batch;
 mod idempotency;
 mod keys;
 mod lua;
-pub mod outbox;
+mod outbox;
+
+pub use outbox::{Outbox, OutboxEntry};
 
 use crate::domain::{IdempotencyKey, Millis, Order, ProductId, SaleWindow};
 use crate::gate::{GateAudit, GateError, GateProduct, Rejection, Reserved, StockGate};

@@ -8,7 +8,7 @@ use super::Topology;
 use super::link::confirming_channel;
 use super::publisher::{Message, OUTBOX_ENTRY, publish_confirmed};
 use crate::domain::{Order, OrderId, ProductId};
-use crate::gate::redis::outbox::Outbox;
+use crate::gate::redis::Outbox;
 use crate::pipeline::drain::{Fate, store_batch};
 use crate::sale::SaleService;
 use crate::store::Store;

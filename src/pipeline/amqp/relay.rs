@@ -6,7 +6,7 @@
 use super::NEW;
 use super::publisher::{Message, Publisher};
 use crate::domain::{Order, ProductId};
-use crate::gate::redis::outbox::Outbox;
+use crate::gate::redis::Outbox;
 use crate::pipeline::drain::{Fate, Sink};
 use async_trait::async_trait;
 
