@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("domain", &[]),
     ("redact", &[]),
+    ("server", &[]),
     ("clock", &["domain"]),
     ("ids", &["clock", "domain"]),
     ("payment", &["clock", "domain"]),

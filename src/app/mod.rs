@@ -352,7 +352,7 @@ impl App {
             None => axum::Router::new(),
         };
         let router = crate::http::router(self.state.clone(), self.max_body_bytes, gateway);
-        crate::http::server::serve(listener, router)
+        crate::server::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;
         if let Some(worker) = self.worker {

@@ -15,7 +15,6 @@ pub mod pages;
 pub mod pay;
 pub mod rate_limit;
 mod router;
-pub mod server;
 
 pub use router::router;
 
