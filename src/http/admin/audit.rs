@@ -6,16 +6,9 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::api::admin::AUDIT_SHOWN;
 use askama::Template;
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::get;
-
-/// `/admin/audit`.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/admin/audit", get(audit_page))
-}
 
 /// One change in the log.
 struct AuditRow {
@@ -32,7 +25,7 @@ struct AuditPage {
     entries: Vec<AuditRow>,
 }
 
-async fn audit_page(
+pub(crate) async fn audit_page(
     State(state): State<AppState>,
     session: AdminSession,
 ) -> Result<Response, ApiError> {

@@ -13,26 +13,10 @@ use crate::http::api::admin::{
 };
 use crate::sale::{AdminError, Controlled, NewProductInput, ProductChanges};
 use askama::Template;
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
 use chrono::{DateTime, NaiveDateTime, Utc};
-
-/// `/admin/events` and `/admin/products/...`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/admin/events", post(create_event))
-        .route("/admin/products", get(catalog).post(create_product))
-        .route("/admin/products/{id}", get(product).post(update_product))
-        .route("/admin/products/{id}/stock", post(add_stock))
-        .route("/admin/products/{id}/pause", post(pause_product))
-        .route("/admin/products/{id}/resume", post(resume_product))
-        .route("/admin/products/{id}/end", post(end_product))
-        .route("/admin/events/{id}/end", post(end_event))
-        .route("/admin/events/{id}/guard", post(set_event_guard))
-}
 
 /// The form's spelling of a time: `datetime-local`, read as UTC.
 const FORM_TIME: &str = "%Y-%m-%dT%H:%M";
@@ -208,7 +192,7 @@ async fn catalog_page(
     )
 }
 
-async fn catalog(
+pub(crate) async fn catalog(
     State(state): State<AppState>,
     session: AdminSession,
 ) -> Result<Response, ApiError> {
@@ -231,7 +215,7 @@ async fn catalog_with(
     .await
 }
 
-async fn create_event(
+pub(crate) async fn create_event(
     State(state): State<AppState>,
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
@@ -260,7 +244,7 @@ async fn create_event(
     }
 }
 
-async fn create_product(
+pub(crate) async fn create_product(
     State(state): State<AppState>,
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
@@ -322,7 +306,7 @@ pub(super) async fn product_page(
     )
 }
 
-async fn product(
+pub(crate) async fn product(
     State(state): State<AppState>,
     session: AdminSession,
     AppPath(id): AppPath<i64>,
@@ -359,7 +343,7 @@ async fn after_change(
     }
 }
 
-async fn update_product(
+pub(crate) async fn update_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -384,7 +368,7 @@ async fn update_product(
     after_change(&state, &form, id, outcome).await
 }
 
-async fn add_stock(
+pub(crate) async fn add_stock(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -419,7 +403,7 @@ async fn after_control(
     after_change(state, form, id, outcome).await
 }
 
-async fn pause_product(
+pub(crate) async fn pause_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -429,7 +413,7 @@ async fn pause_product(
     after_control(&state, &form, id, paused, "paused").await
 }
 
-async fn resume_product(
+pub(crate) async fn resume_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -439,7 +423,7 @@ async fn resume_product(
     after_control(&state, &form, id, resumed, "resumed").await
 }
 
-async fn end_product(
+pub(crate) async fn end_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -449,7 +433,7 @@ async fn end_product(
     after_control(&state, &form, id, ended, "ended").await
 }
 
-async fn end_event(
+pub(crate) async fn end_event(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -465,7 +449,7 @@ async fn end_event(
     }
 }
 
-async fn set_event_guard(
+pub(crate) async fn set_event_guard(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
