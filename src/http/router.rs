@@ -6,7 +6,7 @@
 //! 1. every request, routed or not ([`router`]'s `ServiceBuilder`): a panic caught as a 500,
 //!    the trace span, errors rewritten as JSON, the security headers, and the app-wide body
 //!    limit (`max_body_bytes`; the image uploads set a larger one on their own routes);
-//! 2. every route of the app (not the `extra` ones): the metrics of its route pattern
+//! 2. every route of the app (not the sandbox gateway's): the metrics of its route pattern
 //!    ([`metrics::track`]), then the origin check of a cookie-authenticated change
 //!    ([`origin::same_origin`]);
 //! 3. the operator's routes, the API's and the console's: the per-address throttle
@@ -25,6 +25,7 @@ use super::{
     AppState, admin, api, assets, images, metrics, openapi, origin, pages, pay, rate_limit,
 };
 use crate::error::{ApiError, AppJson};
+use crate::payment::sandbox::{self, Sandbox};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -33,14 +34,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use serde_json::json;
 use std::any::Any;
+use std::sync::Arc;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
-/// The whole HTTP application, with `extra` routes that bring their own state (the sandbox
-/// payment gateway, when it is served).
-pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
+/// The whole HTTP application, and the sandbox payment gateway's routes when this server
+/// serves one.
+pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandbox>>) -> Router {
     metrics::install();
     let max_image_bytes = state.images.max_bytes();
     let operator = operator_api(max_image_bytes)
@@ -65,7 +67,10 @@ pub fn router(state: AppState, max_body_bytes: usize, extra: Router) -> Router {
         // Applies to the routes above only: add new routes before it.
         .method_not_allowed_fallback(wrong_method)
         .with_state(state);
-    let routes = app.merge(extra);
+    let routes = match sandbox {
+        Some(sandbox) => app.merge(sandbox_gateway(sandbox)),
+        None => app,
+    };
     // The layers wrap the routes once, outermost first. (`Router::layer` would wrap each
     // route in each layer, boxed: a request would clone every box under every layer before
     // its handler ran.)
@@ -250,6 +255,21 @@ fn console(max_image_bytes: usize) -> Router<AppState> {
             "/admin/products/{id}/image",
             post(images::upload).layer(DefaultBodyLimit::max(image_form_bytes)),
         )
+}
+
+/// The sandbox payment gateway (`payment.provider = "sandbox"`), a separate app with its own
+/// state that stands in for Alipay: `/sandbox/alipay/gateway.do` and the checkout form's
+/// `/sandbox/alipay/checkout/{out_trade_no}`. Only the outermost layers apply: its requests are
+/// not measured nor origin-checked, and its pages answer for themselves (no session, no token).
+fn sandbox_gateway(sandbox: &Arc<Sandbox>) -> Router {
+    Router::new()
+        // Pay pages (GET) and the synchronous API (POST), told apart by their `method`.
+        .route(
+            sandbox::GATEWAY_PATH,
+            get(sandbox::gateway).post(sandbox::gateway),
+        )
+        .route(sandbox::CHECKOUT_PATH, post(sandbox::decide))
+        .with_state(Arc::clone(sandbox))
 }
 
 async fn healthz() -> AppJson<serde_json::Value> {
