@@ -2,7 +2,8 @@
 //! milliseconds, and runs with zero set-up (embedded mode) or as a cluster.
 //!
 //! Read `domain` for what things are, `sale` for the rules, `gate` and `pipeline` for how the
-//! hot path stays fast and safe, `http` for the API and pages, `app` for the wiring.
+//! hot path stays fast and safe, `http` for the API and pages, `server` for the connections
+//! they are served over, `app` for the wiring.
 
 pub mod app;
 pub mod auth;
@@ -22,4 +23,5 @@ pub mod pipeline;
 pub mod redact;
 pub mod redis_link;
 pub mod sale;
+pub mod server;
 pub mod store;

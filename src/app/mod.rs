@@ -356,12 +356,9 @@ impl App {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let gateway = match &self.core.sandbox {
-            Some(sandbox) => sandbox.router(),
-            None => axum::Router::new(),
-        };
-        let router = crate::http::router(self.state.clone(), self.max_body_bytes, gateway);
-        crate::http::server::serve(listener, router)
+        let sandbox = self.core.sandbox.as_ref();
+        let router = crate::http::router(self.state.clone(), self.max_body_bytes, sandbox);
+        crate::server::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;
         if let Some(worker) = self.worker {

@@ -41,7 +41,7 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
             .get_or_insert(crate::config::ProviderKind::Sandbox);
     }
     // Listening first, so the notify and return URLs can name the port actually taken.
-    let listener = crate::http::server::listen(config.http_addr)
+    let listener = crate::server::listen(config.http_addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.http_addr))?;
     config.http_addr = listener.local_addr()?;
     let app = App::build(&config, Arc::new(SystemClock)).await?;
@@ -70,11 +70,11 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
 /// Lets the process open as many files as its hard limit allows: every client connection is
 /// one, and the server caps connections below the limit it finds when it starts.
 fn raise_file_limit() {
-    match crate::http::server::raise_file_limit() {
+    match crate::server::raise_file_limit() {
         Ok(limit) => tracing::info!(
             soft = limit.soft,
             hard = limit.hard,
-            max_connections = crate::http::server::default_max_connections(),
+            max_connections = crate::server::default_max_connections(),
             "open-file limit"
         ),
         Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),

@@ -6,12 +6,10 @@
 
 use super::AppState;
 use crate::http::extract::AdminAuth;
-use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use metrics::{Counter, Histogram, Label};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::collections::HashMap;
@@ -67,10 +65,10 @@ fn handle() -> &'static PrometheusHandle {
     })
 }
 
-/// `/metrics`. Building it installs the recorder, so the process records from then on.
-pub fn router() -> Router<AppState> {
+/// Installs the process's recorder, if no server of this process did yet, so the process
+/// records from then on; the router does it when it is built, before any request.
+pub fn install() {
     handle();
-    Router::new().route("/metrics", get(render))
 }
 
 /// How long a scrape waits for the dashboard's reading before it answers with the gauges as
@@ -80,7 +78,7 @@ const READING_WAIT: Duration = Duration::from_secs(2);
 /// The Prometheus text exposition of everything recorded so far, after the sale's latest
 /// reading (at most a second old: scrapes and dashboards share one a second) has set its
 /// gauges. A process nobody scrapes or watches does not read them at all.
-async fn render(State(state): State<AppState>, _: AdminAuth) -> Response {
+pub(crate) async fn render(State(state): State<AppState>, _: AdminAuth) -> Response {
     match tokio::time::timeout(READING_WAIT, state.sale.overview()).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "reading the sale for /metrics"),

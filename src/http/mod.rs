@@ -1,6 +1,8 @@
 //! The HTTP face of seckill: the JSON API under `/api/v1`, the pages, static assets, `/metrics`
-//! and `/healthz`. This layer sees only the sale service and the store trait; it never knows
-//! which backend runs.
+//! and `/healthz`. [`router`] lists every route and what runs before its handler; the modules
+//! hold the handlers. This layer sees only the sale service and the store trait; it never knows
+//! which backend runs (the router mounts the sandbox payment gateway's routes when the wiring
+//! hands it one).
 
 pub mod admin;
 pub mod api;
@@ -15,7 +17,6 @@ pub mod pages;
 pub mod pay;
 pub mod rate_limit;
 mod router;
-pub mod server;
 
 pub use router::router;
 

@@ -2,13 +2,12 @@
 //! annotations and their types' `ToSchema`, served at `/api/openapi.json`, and a reference page
 //! rendered from that same document at `/api/docs`. Both are built once, when the router is.
 
-use super::AppState;
 use super::api::{admin, admin_orders, admin_users, catalog, guard, images, orders, sessions};
 use askama::Template;
-use axum::Router;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::header;
-use axum::routing::get;
+use axum::response::IntoResponse;
 use serde_json::Value;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -187,26 +186,40 @@ fn add_error(op: &mut Value, status: &str, text: &str) {
     }
 }
 
-/// `/api/openapi.json` and `/api/docs`.
-pub fn router() -> Router<AppState> {
-    let value = document();
-    let json = Bytes::from(value.to_string());
-    let html = Bytes::from(
-        reference_page(&value)
+/// The document as JSON and as its reference page, built once, when the router is.
+#[derive(Clone)]
+pub struct Docs {
+    /// The body of `/api/openapi.json`.
+    json: Bytes,
+    /// The body of `/api/docs`.
+    html: Bytes,
+}
+
+impl Docs {
+    /// Assembles the document and renders its page.
+    pub fn build() -> Self {
+        let value = document();
+        let html = reference_page(&value)
             .render()
-            .expect("the reference page renders into a String"),
-    );
-    Router::new()
-        .route(
-            "/api/openapi.json",
-            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], json) }),
-        )
-        .route(
-            "/api/docs",
-            get(
-                move || async move { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html) },
-            ),
-        )
+            .expect("the reference page renders into a String");
+        Self {
+            json: Bytes::from(value.to_string()),
+            html: Bytes::from(html),
+        }
+    }
+}
+
+/// `GET /api/openapi.json`.
+pub(crate) async fn json(State(docs): State<Docs>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], docs.json)
+}
+
+/// `GET /api/docs`.
+pub(crate) async fn page(State(docs): State<Docs>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        docs.html,
+    )
 }
 
 /// The reference page: one section per operation, in path order.

@@ -5,19 +5,10 @@ use super::AppState;
 use super::pages::render;
 use super::pages::views::PayReturnPage;
 use crate::error::ApiError;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::{get, post};
-
-/// `/pay/alipay/notify` and `/pay/alipay/return`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/pay/alipay/notify", post(notify))
-        .route("/pay/alipay/return", get(returned))
-}
 
 /// The form pairs of a body or query, decoded.
 fn pairs(encoded: &[u8]) -> Vec<(String, String)> {
@@ -27,7 +18,7 @@ fn pairs(encoded: &[u8]) -> Vec<(String, String)> {
 /// Answers `success` once the notification is applied (or was already), which stops the
 /// provider's retries, and `failure` otherwise: refused ones change nothing, and a failure on
 /// our side is retried by the provider.
-async fn notify(State(state): State<AppState>, body: Bytes) -> &'static str {
+pub(crate) async fn notify(State(state): State<AppState>, body: Bytes) -> &'static str {
     match state.sale.notified(&pairs(&body)).await {
         Ok(settled) => {
             tracing::debug!(?settled, "payment notification applied");
@@ -41,7 +32,7 @@ async fn notify(State(state): State<AppState>, body: Bytes) -> &'static str {
 }
 
 /// Verifies what the provider sent the buyer back with, then shows the order as stored.
-async fn returned(
+pub(crate) async fn returned(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
     request: HeaderMap,

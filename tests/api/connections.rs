@@ -8,7 +8,7 @@ use crate::support::TestDatabase;
 use crate::support::{ADMIN_TOKEN, SECRET, TestApp};
 use axum::Router;
 use axum::routing::{get, post};
-use seckill::http::server::{PARK_AFTER, RESERVED_FILES, Serve, listen, serve};
+use seckill::server::{PARK_AFTER, RESERVED_FILES, Serve, listen, serve};
 use std::future::IntoFuture;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -422,7 +422,7 @@ async fn at_the_connection_cap_the_oldest_stalled_connections_are_shed_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_under_a_limit_of_1024_files_answers_through_1100_stalled_connections() {
     // This process holds the 1,100 sockets.
-    seckill::http::server::raise_file_limit().unwrap();
+    seckill::server::raise_file_limit().unwrap();
     let db = TestDatabase::fresh().await;
     let mut child = Command::new("sh")
         .args(["-c", "ulimit -n 1024 && exec \"$0\" serve"])

@@ -5,16 +5,9 @@ use super::{AdminSession, page, utc_time};
 use crate::error::ApiError;
 use crate::http::AppState;
 use askama::Template;
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::get;
-
-/// `/admin/audit`.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/admin/audit", get(audit_page))
-}
 
 /// One change in the log.
 struct AuditRow {
@@ -31,7 +24,7 @@ struct AuditPage {
     entries: Vec<AuditRow>,
 }
 
-async fn audit_page(
+pub(crate) async fn audit_page(
     State(state): State<AppState>,
     session: AdminSession,
 ) -> Result<Response, ApiError> {

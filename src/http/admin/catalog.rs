@@ -13,26 +13,10 @@ use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
 use crate::sale::{AdminError, NewEventInput, NewProductInput, ProductChanges};
 use askama::Template;
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
 use chrono::{DateTime, NaiveDateTime, Utc};
-
-/// `/admin/events` and `/admin/products/...`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/admin/events", post(create_event))
-        .route("/admin/products", get(catalog).post(create_product))
-        .route("/admin/products/{id}", get(product).post(update_product))
-        .route("/admin/products/{id}/stock", post(add_stock))
-        .route("/admin/products/{id}/pause", post(pause_product))
-        .route("/admin/products/{id}/resume", post(resume_product))
-        .route("/admin/products/{id}/end", post(end_product))
-        .route("/admin/events/{id}/end", post(end_event))
-        .route("/admin/events/{id}/guard", post(set_event_guard))
-}
 
 /// The form's spelling of a time: `datetime-local`, read as UTC.
 const FORM_TIME: &str = "%Y-%m-%dT%H:%M";
@@ -223,7 +207,7 @@ async fn catalog_page(
     )
 }
 
-async fn catalog(
+pub(crate) async fn catalog(
     State(state): State<AppState>,
     session: AdminSession,
 ) -> Result<Response, ApiError> {
@@ -246,7 +230,7 @@ async fn catalog_with(
     .await
 }
 
-async fn create_event(
+pub(crate) async fn create_event(
     State(state): State<AppState>,
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
@@ -268,7 +252,7 @@ async fn create_event(
     }
 }
 
-async fn create_product(
+pub(crate) async fn create_product(
     State(state): State<AppState>,
     form: ConsoleForm,
 ) -> Result<Response, ApiError> {
@@ -319,7 +303,7 @@ pub(super) async fn product_page(
     )
 }
 
-async fn product(
+pub(crate) async fn product(
     State(state): State<AppState>,
     session: AdminSession,
     AppPath(id): AppPath<i64>,
@@ -350,7 +334,7 @@ async fn after_change<T>(
     }
 }
 
-async fn update_product(
+pub(crate) async fn update_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -377,7 +361,7 @@ async fn update_product(
     after_change(&state, &form, id, outcome).await
 }
 
-async fn add_stock(
+pub(crate) async fn add_stock(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -401,7 +385,7 @@ async fn after_control<T>(
     after_change(state, form, id, controlled.map_err(ApiError::from)).await
 }
 
-async fn pause_product(
+pub(crate) async fn pause_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -411,7 +395,7 @@ async fn pause_product(
     after_control(&state, &form, id, paused).await
 }
 
-async fn resume_product(
+pub(crate) async fn resume_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -421,7 +405,7 @@ async fn resume_product(
     after_control(&state, &form, id, resumed).await
 }
 
-async fn end_product(
+pub(crate) async fn end_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -431,7 +415,7 @@ async fn end_product(
     after_control(&state, &form, id, ended).await
 }
 
-async fn end_event(
+pub(crate) async fn end_event(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -442,7 +426,7 @@ async fn end_event(
     }
 }
 
-async fn set_event_guard(
+pub(crate) async fn set_event_guard(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,

@@ -10,12 +10,10 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::sale::{BuysFrom, Overview};
 use askama::Template;
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use futures_util::stream;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -32,13 +30,6 @@ const PERIOD: Duration = Duration::from_secs(1);
 
 /// The open dashboard streams of this process.
 static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
-
-/// `/admin/dashboard` and its stream.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/admin/dashboard", get(dashboard_page))
-        .route("/admin/dashboard/stream", get(dashboard_stream))
-}
 
 /// `GET /admin/dashboard`: the current snapshot, drawn by the server so the page reads without
 /// its script, then kept current by it.
@@ -59,7 +50,7 @@ impl DashboardPage {
     }
 }
 
-async fn dashboard_page(
+pub(crate) async fn dashboard_page(
     State(state): State<AppState>,
     session: AdminSession,
 ) -> Result<Response, ApiError> {
@@ -87,7 +78,7 @@ fn admit(slots: &'static Semaphore) -> Result<SemaphorePermit<'static>, ApiError
 /// `GET /admin/dashboard/stream`: an [`Overview`] as JSON in a `snapshot` event every second,
 /// the first at once. A reading that fails is sent as an `unavailable` event, and the next
 /// second tries again.
-async fn dashboard_stream(
+pub(crate) async fn dashboard_stream(
     State(state): State<AppState>,
     _session: AdminSession,
 ) -> Result<Response, ApiError> {

@@ -8,25 +8,14 @@ use crate::domain::{ImageUrl, Operator, ProductId};
 use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
 use crate::http::images::url;
-use axum::Router;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::multipart::{Multipart, MultipartError, MultipartRejection};
-use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
-use axum::routing::post;
 
 /// Room in an upload's body for what is not the image: the CSRF token, the parts' headers and
-/// boundaries.
-const FORM_ROOM: usize = 16 * 1024;
-
-/// `/admin/products/{id}/image`, taking bodies of up to `max_image_bytes` and the form around
-/// the image.
-pub fn router(max_image_bytes: usize) -> Router<AppState> {
-    Router::new().route(
-        "/admin/products/{id}/image",
-        post(upload).layer(DefaultBodyLimit::max(max_image_bytes + FORM_ROOM)),
-    )
-}
+/// boundaries. The route's body limit is the largest image and this.
+pub const FORM_ROOM: usize = 16 * 1024;
 
 /// What the form sends.
 #[derive(Default)]
@@ -58,7 +47,7 @@ async fn read(mut form: Multipart) -> Result<Upload, MultipartError> {
 
 /// `POST /admin/products/{id}/image`: keeps the image and shows it on the product, or shows
 /// the product page again with what is wrong with the file.
-async fn upload(
+pub(crate) async fn upload(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     session: AdminSession,

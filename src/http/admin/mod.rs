@@ -23,7 +23,6 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::api::sessions::revoke;
 use askama::Template;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -53,18 +52,6 @@ const MAX_COOKIE_LEN: usize = 160;
 
 /// The most fields a console form has, with room to spare; more are ignored.
 const MAX_FORM_FIELDS: usize = 32;
-
-/// `/admin/...`; image uploads take bodies of up to `max_image_bytes` and a form's worth more.
-pub fn router(max_image_bytes: usize) -> Router<AppState> {
-    Router::new()
-        .merge(session::router())
-        .merge(catalog::router())
-        .merge(images::router(max_image_bytes))
-        .merge(audit::router())
-        .merge(orders::router())
-        .merge(dashboard::router())
-        .merge(users::router())
-}
 
 /// The HMAC keyed by the admin token, for session cookies and CSRF tokens.
 fn keyed(state: &AppState, purpose: &[u8]) -> HmacSha256 {

@@ -9,19 +9,10 @@ use crate::http::AppState;
 use crate::sale::OrderRecord;
 use crate::store::OrderSearch;
 use askama::Template;
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
 use serde::Deserialize;
-
-/// `/admin/orders...`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/admin/orders", get(orders_page))
-        .route("/admin/orders/{id}/refund", post(refund))
-}
 
 /// The most orders one page shows.
 const SHOWN: i64 = 100;
@@ -30,7 +21,7 @@ const SHOWN: i64 = 100;
 /// show (`before`); and the order just refunded, whose outcome the page tells.
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct Search {
+pub(crate) struct Search {
     order: String,
     user: String,
     product: String,
@@ -294,7 +285,7 @@ async fn search_page(
     )
 }
 
-async fn orders_page(
+pub(crate) async fn orders_page(
     State(state): State<AppState>,
     session: AdminSession,
     AppQuery(search): AppQuery<Search>,
@@ -304,7 +295,7 @@ async fn orders_page(
 
 /// `POST /admin/orders/{id}/refund`: back to the search the form came from, which tells the
 /// outcome; a refusal (not paid, refunded already) is shown on that search.
-async fn refund(
+pub(crate) async fn refund(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,

@@ -5,20 +5,10 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use askama::Template;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
-
-/// `/admin`, `/admin/login`, `/admin/logout`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/admin", get(home))
-        .route(SIGN_IN, get(sign_in_page).post(sign_in))
-        .route("/admin/logout", post(sign_out))
-}
 
 /// The sign-in form.
 #[derive(Template)]
@@ -28,16 +18,16 @@ struct SignInPage {
 }
 
 /// The console's first page is the catalog; whoever is not signed in goes to the form.
-async fn home(_: AdminSession) -> Response {
+pub(crate) async fn home(_: AdminSession) -> Response {
     see_other("/admin/products")
 }
 
-async fn sign_in_page() -> Result<Response, ApiError> {
+pub(crate) async fn sign_in_page() -> Result<Response, ApiError> {
     page(StatusCode::OK, &SignInPage { error: None })
 }
 
 /// Checks the admin token, under the same per-address throttle as every sign-in.
-async fn sign_in(
+pub(crate) async fn sign_in(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     body: Bytes,
@@ -59,7 +49,10 @@ async fn sign_in(
 }
 
 /// Ends the session on every server, and the browser forgets its cookie.
-async fn sign_out(State(state): State<AppState>, form: ConsoleForm) -> Result<Response, ApiError> {
+pub(crate) async fn sign_out(
+    State(state): State<AppState>,
+    form: ConsoleForm,
+) -> Result<Response, ApiError> {
     form.session.end(&state).await?;
     with_cookie(see_other(SIGN_IN), &ending_cookie(&state))
 }

@@ -9,20 +9,10 @@ use crate::http::AppState;
 use crate::http::api::admin_users::disable;
 use crate::store::UserAccount;
 use askama::Template;
-use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
 use serde::Deserialize;
-
-/// `/admin/users...`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/admin/users", get(users_page))
-        .route("/admin/users/{id}/disable", post(disable_user))
-        .route("/admin/users/{id}/enable", post(enable_user))
-}
 
 /// The most accounts one page shows.
 const SHOWN: i64 = 100;
@@ -30,7 +20,7 @@ const SHOWN: i64 = 100;
 /// The beginning of the names to show; every account when empty.
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct Search {
+pub(crate) struct Search {
     name: String,
 }
 
@@ -109,7 +99,7 @@ async fn show(
     )
 }
 
-async fn users_page(
+pub(crate) async fn users_page(
     State(state): State<AppState>,
     session: AdminSession,
     Query(search): Query<Search>,
@@ -118,7 +108,7 @@ async fn users_page(
 }
 
 /// `POST /admin/users/{id}/disable`: back to the search the form came from.
-async fn disable_user(
+pub(crate) async fn disable_user(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,
@@ -128,7 +118,7 @@ async fn disable_user(
 }
 
 /// `POST /admin/users/{id}/enable`: back to the search the form came from.
-async fn enable_user(
+pub(crate) async fn enable_user(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     form: ConsoleForm,

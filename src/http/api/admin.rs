@@ -13,31 +13,11 @@ use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
 use crate::sale::{Controlled, NewEventInput, NewProductInput, ProductChanges};
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, patch, post};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-/// `/api/v1/admin/...`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/admin/events", get(list_events).post(create_event))
-        .route(
-            "/api/v1/admin/products",
-            get(list_products).post(create_product),
-        )
-        .route("/api/v1/admin/audit", get(audit_log))
-        .route("/api/v1/admin/products/{id}", patch(update_product))
-        .route("/api/v1/admin/products/{id}/stock", post(add_stock))
-        .route("/api/v1/admin/products/{id}/pause", post(pause_product))
-        .route("/api/v1/admin/products/{id}/resume", post(resume_product))
-        .route("/api/v1/admin/products/{id}/end", post(end_product))
-        .route("/api/v1/admin/events/{id}/end", post(end_event))
-        .route("/api/v1/admin/events/{id}", patch(update_event))
-}
 
 /// The operator behind an admin API request: the holder of the admin token, named in the
 /// audit log by its fingerprint.
@@ -63,7 +43,7 @@ fn guard(value: &str) -> Result<Guard, Refusal> {
     security(("admin_bearer" = [])),
     responses((status = 200, description = "Every sale event, by start time", body = [EventView]))
 )]
-async fn list_events(
+pub(crate) async fn list_events(
     _: AdminAuth,
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<EventView>>, ApiError> {
@@ -82,7 +62,7 @@ async fn list_events(
     security(("admin_bearer" = [])),
     responses((status = 200, description = "Every product, by sale start then id", body = [ProductView]))
 )]
-async fn list_products(
+pub(crate) async fn list_products(
     _: AdminAuth,
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<ProductView>>, ApiError> {
@@ -97,7 +77,7 @@ async fn list_products(
 
 /// One operator's change in the audit log.
 #[derive(Serialize, ToSchema)]
-struct AuditView {
+pub(crate) struct AuditView {
     /// `admin` through the console, `token` and the admin token's fingerprint through this API.
     actor: String,
     /// What changed, naming the ids.
@@ -114,7 +94,7 @@ struct AuditView {
     security(("admin_bearer" = [])),
     responses((status = 200, description = "The latest 200 changes, newest first", body = [AuditView]))
 )]
-async fn audit_log(
+pub(crate) async fn audit_log(
     _: AdminAuth,
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<AuditView>>, ApiError> {
@@ -134,7 +114,7 @@ async fn audit_log(
 /// A sale event to create; without a title it is named after its start time.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct NewEvent {
+pub(crate) struct NewEvent {
     title: Option<String>,
     starts_at: DateTime<Utc>,
     ends_at: DateTime<Utc>,
@@ -155,7 +135,7 @@ struct NewEvent {
         (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_guard`: the guard is not `none`, `token` or `challenge`", body = ErrorBody),
     )
 )]
-async fn create_event(
+pub(crate) async fn create_event(
     _: AdminAuth,
     State(state): State<AppState>,
     AppJson(body): AppJson<NewEvent>,
@@ -183,7 +163,7 @@ async fn create_event(
 /// Changes to a sale event; a field left out keeps its value.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct EventUpdate {
+pub(crate) struct EventUpdate {
     /// `none`, `token` or `challenge`: what its products' buyers must show besides a session.
     guard: Option<String>,
 }
@@ -202,7 +182,7 @@ struct EventUpdate {
         (status = 422, description = "`invalid_guard`: the guard is not `none`, `token` or `challenge`", body = ErrorBody),
     )
 )]
-async fn update_event(
+pub(crate) async fn update_event(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -225,7 +205,7 @@ async fn update_event(
 /// A product to put on sale; without its own window it sells during its event's.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct NewProduct {
+pub(crate) struct NewProduct {
     event_id: Option<i64>,
     name: String,
     image_url: Option<String>,
@@ -249,7 +229,7 @@ struct NewProduct {
         (status = 422, description = "`invalid_stock`: the stock is out of range; `unknown_event`: `event_id` names no sale event; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
     )
 )]
-async fn create_product(
+pub(crate) async fn create_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppJson(body): AppJson<NewProduct>,
@@ -286,7 +266,7 @@ async fn create_product(
 /// Changes to a product; a field left out keeps its value.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ProductUpdate {
+pub(crate) struct ProductUpdate {
     name: Option<String>,
     image_url: Option<String>,
     original_price_cents: Option<i64>,
@@ -310,7 +290,7 @@ struct ProductUpdate {
         (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
     )
 )]
-async fn update_product(
+pub(crate) async fn update_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -356,7 +336,7 @@ fn datetime(ms: Millis) -> DateTime<Utc> {
 /// Units to add to a product's stock.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct StockIncrease {
+pub(crate) struct StockIncrease {
     quantity: i64,
 }
 
@@ -374,7 +354,7 @@ struct StockIncrease {
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
     )
 )]
-async fn add_stock(
+pub(crate) async fn add_stock(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -415,7 +395,7 @@ async fn controlled_product(
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
-async fn pause_product(
+pub(crate) async fn pause_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -437,7 +417,7 @@ async fn pause_product(
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
-async fn resume_product(
+pub(crate) async fn resume_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -460,7 +440,7 @@ async fn resume_product(
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
-async fn end_product(
+pub(crate) async fn end_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -483,7 +463,7 @@ async fn end_product(
         (status = 404, description = "`unknown_event`: no such sale event", body = ErrorBody),
     )
 )]
-async fn end_event(
+pub(crate) async fn end_event(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,

@@ -10,20 +10,10 @@ use crate::http::AppState;
 use crate::http::extract::AdminAuth;
 use crate::sale::OrderRecord;
 use crate::store::{KeptPayment, OrderSearch};
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
-
-/// `/api/v1/admin/orders...`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/admin/orders", get(search_orders))
-        .route("/api/v1/admin/orders/{id}", get(show_order))
-        .route("/api/v1/admin/orders/{id}/refund", post(refund_order))
-}
 
 /// Orders one search answers when it names no limit.
 const DEFAULT_LIMIT: i64 = 50;
@@ -41,7 +31,7 @@ struct AdminOrderView {
 
 /// One order with the payment provider's words kept for it.
 #[derive(Serialize, ToSchema)]
-struct OrderDetail {
+pub(crate) struct OrderDetail {
     #[serde(flatten)]
     order: AdminOrderView,
     /// Money arrived for the order and has not gone back yet (its status is `cancelled`): the
@@ -69,7 +59,7 @@ struct PaymentView {
 
 /// A page of a search, newest first.
 #[derive(Serialize, ToSchema)]
-struct OrderPage {
+pub(crate) struct OrderPage {
     orders: Vec<AdminOrderView>,
     /// The `before` of the next page, when this page is full (the next may be empty); `null`
     /// on the last page.
@@ -81,7 +71,7 @@ struct OrderPage {
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-struct SearchQuery {
+pub(crate) struct SearchQuery {
     /// Only this buyer's orders.
     user_id: Option<i64>,
     /// Only orders of this product.
@@ -138,7 +128,7 @@ impl PaymentView {
         (status = 422, description = "`invalid_query`: a parameter is unknown or not a whole number; `invalid_status`: the status is not one of the four; `invalid_limit`: the limit is not 1 to 200", body = ErrorBody),
     )
 )]
-async fn search_orders(
+pub(crate) async fn search_orders(
     _: AdminAuth,
     State(state): State<AppState>,
     AppQuery(query): AppQuery<SearchQuery>,
@@ -182,7 +172,7 @@ async fn search_orders(
         (status = 409, description = "`order_pending`: the order is still on its way to the database (cluster mode); retry after `Retry-After`", body = ErrorBody),
     )
 )]
-async fn show_order(
+pub(crate) async fn show_order(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -208,7 +198,7 @@ async fn show_order(
         (status = 503, description = "`payments_not_configured`: this server has no payment provider", body = ErrorBody),
     )
 )]
-async fn refund_order(
+pub(crate) async fn refund_order(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,

@@ -13,19 +13,9 @@ use crate::error::{ApiError, AppJson, AppPath, AppQuery};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
 use crate::store::{UserAccount, UserCutoff};
-use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
-
-/// `/api/v1/admin/users...`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/admin/users", get(search_users))
-        .route("/api/v1/admin/users/{id}/disable", post(disable_user))
-        .route("/api/v1/admin/users/{id}/enable", post(enable_user))
-}
 
 /// Accounts one search answers when it names no limit.
 const DEFAULT_LIMIT: i64 = 50;
@@ -35,7 +25,7 @@ const MAX_LIMIT: i64 = 200;
 
 /// An account as the operator sees it.
 #[derive(Serialize, ToSchema)]
-pub(in crate::http) struct AccountView {
+pub(crate) struct AccountView {
     id: i64,
     username: String,
     #[schema(value_type = String, format = DateTime)]
@@ -63,7 +53,7 @@ impl From<UserAccount> for AccountView {
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-struct SearchQuery {
+pub(crate) struct SearchQuery {
     /// Only accounts whose name begins with this (names are compared in lower case).
     name: Option<String>,
     /// How many accounts at most, 1 to 200 (50 when left out).
@@ -106,7 +96,7 @@ pub(in crate::http) async fn disable(
         (status = 422, description = "`invalid_query`: a parameter is unknown or malformed; `invalid_limit`: the limit is not 1 to 200; `invalid_name`: the name is longer than a username", body = ErrorBody),
     )
 )]
-async fn search_users(
+pub(crate) async fn search_users(
     _: AdminAuth,
     State(state): State<AppState>,
     AppQuery(query): AppQuery<SearchQuery>,
@@ -138,7 +128,7 @@ async fn search_users(
         (status = 404, description = "`unknown_user`: no such account; `not_found`: the id is not a number", body = ErrorBody),
     )
 )]
-async fn disable_user(
+pub(crate) async fn disable_user(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
@@ -161,7 +151,7 @@ async fn disable_user(
         (status = 404, description = "`unknown_user`: no such account; `not_found`: the id is not a number", body = ErrorBody),
     )
 )]
-async fn enable_user(
+pub(crate) async fn enable_user(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,

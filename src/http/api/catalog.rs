@@ -4,19 +4,9 @@ use super::{ErrorBody, EventView, ProductView};
 use crate::domain::ProductId;
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
-use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
 use serde::Serialize;
 use utoipa::ToSchema;
-
-/// `/api/v1/events` and `/api/v1/products`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/events", get(list_events))
-        .route("/api/v1/events/{id}", get(show_event))
-        .route("/api/v1/products/{id}", get(show_product))
-}
 
 #[utoipa::path(
     get,
@@ -27,7 +17,9 @@ pub fn router() -> Router<AppState> {
         (status = 200, description = "Every sale event", body = Vec<EventView>),
     )
 )]
-async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventView>>, ApiError> {
+pub(crate) async fn list_events(
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<EventView>>, ApiError> {
     let now = state.sale.now();
     let events = state.sale.events();
     Ok(AppJson(
@@ -37,7 +29,7 @@ async fn list_events(State(state): State<AppState>) -> Result<AppJson<Vec<EventV
 
 /// A sale event with its products, in sale order.
 #[derive(Serialize, ToSchema)]
-struct EventWithProducts {
+pub(crate) struct EventWithProducts {
     #[serde(flatten)]
     event: EventView,
     products: Vec<ProductView>,
@@ -54,7 +46,7 @@ struct EventWithProducts {
         (status = 404, description = "`unknown_event`: no such sale event", body = ErrorBody),
     )
 )]
-async fn show_event(
+pub(crate) async fn show_event(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<EventWithProducts>, ApiError> {
@@ -91,7 +83,7 @@ pub async fn product_views_of_event(state: &AppState, event_id: i64) -> Vec<Prod
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
-async fn show_product(
+pub(crate) async fn show_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<ProductView>, ApiError> {

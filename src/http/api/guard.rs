@@ -16,27 +16,13 @@ use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use crate::http::extract::CurrentUser;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use utoipa::ToSchema;
-
-/// `/api/v1/products/{id}/challenge`, `/api/v1/products/{id}/buy-token` and
-/// `/api/v1/registration/challenge`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/products/{id}/challenge", get(buy_challenge))
-        .route("/api/v1/products/{id}/buy-token", post(buy_token))
-        .route(
-            "/api/v1/registration/challenge",
-            get(registration_challenge),
-        )
-}
 
 /// What the guard checks need: the signer, keyed from the server secret, and the settings.
 pub struct Guards {
@@ -133,7 +119,7 @@ fn check_answer(
 /// number) such that SHA-256 of the UTF-8 bytes of `challenge` followed by those of `nonce`
 /// starts with `difficulty` zero bits.
 #[derive(Serialize, ToSchema)]
-struct ChallengeView {
+pub(crate) struct ChallengeView {
     /// Opaque and signed: send it back as it is.
     challenge: String,
     /// Leading zero bits the hash must have.
@@ -168,7 +154,7 @@ impl ChallengeView {
         (status = 429, description = "`rate_limited`: too many requests from this address or this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn buy_challenge(
+pub(crate) async fn buy_challenge(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     user: CurrentUser,
@@ -199,7 +185,7 @@ struct BuyTokenRequest {
 
 /// A buy token: send it as `buy_token` with `POST /api/v1/orders`.
 #[derive(Serialize, ToSchema)]
-struct BuyTokenView {
+pub(crate) struct BuyTokenView {
     /// Opaque and signed; good for your buys of this product only.
     token: String,
     #[schema(value_type = String, format = DateTime)]
@@ -227,7 +213,7 @@ struct BuyTokenView {
         (status = 429, description = "`rate_limited`: too many requests from this address or this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn buy_token(
+pub(crate) async fn buy_token(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     user: CurrentUser,
@@ -272,7 +258,7 @@ async fn buy_token(
 
 /// Who the registration challenge is for.
 #[derive(Deserialize)]
-struct RegistrationQuery {
+pub(crate) struct RegistrationQuery {
     username: Option<String>,
 }
 
@@ -290,7 +276,7 @@ struct RegistrationQuery {
         (status = 429, description = "`rate_limited`: too many requests from this address; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn registration_challenge(
+pub(crate) async fn registration_challenge(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     query: Result<Query<RegistrationQuery>, QueryRejection>,

@@ -8,22 +8,12 @@ use crate::error::{ApiError, AppJson};
 use crate::http::AppState;
 use crate::http::extract::AdminAuth;
 use crate::http::images::url;
-use axum::Router;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::routing::post;
 use serde::Serialize;
 use utoipa::ToSchema;
-
-/// `/api/v1/admin/images`, taking bodies of up to `max_image_bytes`.
-pub fn router(max_image_bytes: usize) -> Router<AppState> {
-    Router::new().route(
-        "/api/v1/admin/images",
-        post(upload).layer(DefaultBodyLimit::max(max_image_bytes)),
-    )
-}
 
 /// The image file's bytes as they are: not base64, not a form.
 #[derive(ToSchema)]
@@ -32,7 +22,7 @@ pub struct ImageFile(pub Vec<u8>);
 
 /// An image kept by the server.
 #[derive(Serialize, ToSchema)]
-struct ImageView {
+pub(crate) struct ImageView {
     /// The SHA-256 of its bytes, as 64 lowercase hex digits: the same bytes always get the
     /// same id.
     id: String,
@@ -68,7 +58,7 @@ struct ImageView {
         (status = 415, description = "`unsupported_image`: not a PNG, JPEG, GIF or WebP image, or not the type its Content-Type declares", body = ErrorBody),
     )
 )]
-async fn upload(
+pub(crate) async fn upload(
     _: AdminAuth,
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -1,4 +1,4 @@
-//! The JSON API under `/api/v1`, one module per domain, each exposing its `router()`.
+//! The JSON API under `/api/v1`, one module of handlers per domain; `http::router` routes them.
 
 pub mod admin;
 pub mod admin_orders;

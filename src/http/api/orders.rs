@@ -9,26 +9,16 @@ use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use crate::http::extract::{CurrentUser, IdempotencyKeyHeader};
 use crate::payment::Channel;
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// `/api/v1/orders`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/orders", post(place_order).get(my_orders))
-        .route("/api/v1/orders/{id}", get(my_order))
-        .route("/api/v1/orders/{id}/pay", post(pay))
-        .route("/api/v1/orders/{id}/cancel", post(cancel))
-}
-
 /// What to buy and how many.
 #[derive(Deserialize, ToSchema)]
-struct PlaceOrder {
+pub(crate) struct PlaceOrder {
     product_id: i64,
     /// 1 to 100 (`Quantity::MAX`).
     #[schema(minimum = 1, maximum = 100)]
@@ -56,7 +46,7 @@ struct PlaceOrder {
         (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again; `backlog_full`: too many orders are waiting to be stored; nothing was bought, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn place_order(
+pub(crate) async fn place_order(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     user: CurrentUser,
@@ -88,7 +78,7 @@ async fn place_order(
         (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn my_orders(
+pub(crate) async fn my_orders(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<AppJson<Vec<OrderView>>, ApiError> {
@@ -111,7 +101,7 @@ async fn my_orders(
         (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn my_order(
+pub(crate) async fn my_order(
     State(state): State<AppState>,
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
@@ -133,7 +123,7 @@ struct PayBody {
 
 /// Where to pay an order.
 #[derive(Serialize, ToSchema)]
-struct PayView {
+pub(crate) struct PayView {
     /// A 64-bit id as a decimal string.
     #[schema(value_type = String)]
     order_id: OrderId,
@@ -165,7 +155,7 @@ struct PayView {
         (status = 503, description = "`payments_not_configured`: this server takes no payments; `payments_unavailable`: the provider cannot be reached, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn pay(
+pub(crate) async fn pay(
     State(state): State<AppState>,
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
@@ -203,7 +193,7 @@ async fn pay(
         (status = 429, description = "`rate_limited`: too many order requests from this buyer; retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn cancel(
+pub(crate) async fn cancel(
     State(state): State<AppState>,
     user: CurrentUser,
     AppPath(id): AppPath<i64>,

@@ -14,23 +14,14 @@ use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use crate::http::extract::{CurrentUser, SESSION_COOKIE};
 use crate::store::RevokedSession;
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// `/api/v1/users` and `/api/v1/sessions`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/users", post(register))
-        .route("/api/v1/sessions", post(sign_in).delete(sign_out))
-}
-
 /// A username and password, to register or to sign in.
 #[derive(Deserialize, ToSchema)]
-struct Credentials {
+pub(crate) struct Credentials {
     /// 3 to 32 ASCII letters, digits, `_`, `.` or `-`, whatever their case.
     #[schema(min_length = 3, max_length = 32, pattern = "^[A-Za-z0-9_.-]+$")]
     username: String,
@@ -46,7 +37,7 @@ struct Credentials {
 
 /// An account as its owner sees it.
 #[derive(Serialize, ToSchema)]
-struct UserView {
+pub(crate) struct UserView {
     id: i64,
     username: String,
 }
@@ -66,7 +57,7 @@ struct UserView {
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn register(
+pub(crate) async fn register(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
@@ -95,7 +86,7 @@ async fn register(
 
 /// A session token, for `Authorization: Bearer`, and whose it is.
 #[derive(Serialize, ToSchema)]
-struct SessionView {
+pub(crate) struct SessionView {
     token: String,
     #[schema(value_type = String, format = DateTime)]
     expires_at: super::Rfc3339,
@@ -116,7 +107,7 @@ struct SessionView {
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
-async fn sign_in(
+pub(crate) async fn sign_in(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
@@ -178,7 +169,7 @@ async fn sign_in(
         (status = 500, description = "`internal`: the database could not record the sign-out; the session may still work on other servers, retry", body = ErrorBody),
     )
 )]
-async fn sign_out(
+pub(crate) async fn sign_out(
     State(state): State<AppState>,
     user: Option<CurrentUser>,
 ) -> Result<(StatusCode, HeaderMap), ApiError> {

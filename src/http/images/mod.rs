@@ -16,12 +16,10 @@ use super::assets::not_modified;
 use crate::domain::{Image, ImageId};
 use crate::error::{ApiError, AppPath};
 use crate::store::{Store, StoreResult};
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use cache::ImageCache;
 use known::{Known, KnownIds};
 use std::collections::HashMap;
@@ -125,15 +123,10 @@ pub fn url(id: ImageId) -> String {
     format!("/images/{id}")
 }
 
-/// `/images/{id}`.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/images/{id}", get(serve))
-}
-
 /// `GET /images/{id}`: the image with its type, cacheable forever; `304` when the client holds
 /// it already; `404 unknown_image` for an id that is malformed (answered without a lookup) or
 /// names no image.
-async fn serve(
+pub(crate) async fn serve(
     State(state): State<AppState>,
     AppPath(id): AppPath<String>,
     request: HeaderMap,

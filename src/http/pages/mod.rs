@@ -14,29 +14,15 @@ use crate::domain::{OrderStatus, SaleStatus};
 use crate::error::{ApiError, AppPath, AppQuery};
 use crate::http::AppState;
 use crate::http::extract::CurrentUser;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
 use i18n::{LANG_COOKIE, Lang};
 use next::local_path;
 use serde::Deserialize;
 use std::collections::HashMap;
 use views::{EventTab, LoginPage, OrderRow, OrdersPage, Page, ProductCard, SalePage};
-
-/// `/`, `/login`, `/orders`, `/logout`, the language switch `/lang/{code}` and the clock
-/// `/time`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/", get(sale_page))
-        .route("/login", get(login_page))
-        .route("/orders", get(orders_page))
-        .route("/logout", post(logout))
-        .route("/lang/{code}", get(switch_language))
-        .route("/time", get(server_time))
-}
 
 /// A page in the request's language, with its ETag. The page differs by the session and
 /// language cookies and by `Accept-Language`, so caches must key on those.
@@ -60,7 +46,7 @@ pub(super) fn render(request: &HeaderMap, page: &impl Page) -> Result<Response, 
 /// Keeps the chosen language in a cookie for a year and goes back to the page the switch was
 /// on. A plain link, so it works without the script; it only changes a preference, so a GET
 /// is harmless.
-async fn switch_language(
+pub(crate) async fn switch_language(
     State(state): State<AppState>,
     AppPath(code): AppPath<String>,
     request: HeaderMap,
@@ -87,7 +73,7 @@ async fn switch_language(
 
 /// The server's clock in Unix milliseconds, as the sale's windows are: the page script sets
 /// its countdowns by it, so the pages themselves carry no time and keep their ETags.
-async fn server_time(State(state): State<AppState>) -> Response {
+pub(crate) async fn server_time(State(state): State<AppState>) -> Response {
     (
         [(header::CACHE_CONTROL, "no-store")],
         axum::Json(serde_json::json!({ "now_ms": state.sale.now() })),
@@ -96,11 +82,11 @@ async fn server_time(State(state): State<AppState>) -> Response {
 }
 
 #[derive(Deserialize)]
-struct SaleQuery {
+pub(crate) struct SaleQuery {
     event: Option<String>,
 }
 
-async fn sale_page(
+pub(crate) async fn sale_page(
     State(state): State<AppState>,
     user: Option<CurrentUser>,
     AppQuery(query): AppQuery<SaleQuery>,
@@ -204,11 +190,11 @@ async fn units_held(state: &AppState, user: &CurrentUser) -> Result<HashMap<i64,
 }
 
 #[derive(Deserialize)]
-struct LoginQuery {
+pub(crate) struct LoginQuery {
     next: Option<String>,
 }
 
-async fn login_page(
+pub(crate) async fn login_page(
     State(state): State<AppState>,
     AppQuery(query): AppQuery<LoginQuery>,
     request: HeaderMap,
@@ -222,7 +208,7 @@ async fn login_page(
     )
 }
 
-async fn orders_page(
+pub(crate) async fn orders_page(
     State(state): State<AppState>,
     user: Option<CurrentUser>,
     request: HeaderMap,
@@ -257,7 +243,7 @@ async fn orders_page(
 
 /// Signs out: the form must carry the session's form token, so another site's page cannot
 /// sign the shopper out (the same-origin check stops it first; this holds without it too).
-async fn logout(
+pub(crate) async fn logout(
     State(state): State<AppState>,
     user: Option<CurrentUser>,
     body: Bytes,

@@ -231,8 +231,9 @@ fn checkout_page(id: OrderId, trade: &SandboxTrade) -> CheckoutPage {
     }
 }
 
-/// `POST /sandbox/alipay/checkout/{out_trade_no}`, `action=pay|pay_without_notice|abandon`.
-pub(super) async fn decide(
+/// `POST` [`CHECKOUT_PATH`](super::CHECKOUT_PATH), `action=pay|pay_without_notice|abandon`:
+/// the buyer's choice on the checkout page.
+pub async fn decide(
     State(sandbox): State<Arc<Sandbox>>,
     Path(out_trade_no): Path<String>,
     body: Bytes,

@@ -14,7 +14,9 @@
 //! flow, never for a shop that sells.
 //!
 //! `trades` is the trades' life, `protocol` the signatures both ways, `notify` the deliveries,
-//! `checkout` the buyer's pages and `api` the synchronous calls.
+//! `checkout` the buyer's pages and `api` the synchronous calls. Its two handlers, [`gateway`]
+//! at [`GATEWAY_PATH`] and [`decide`] at [`CHECKOUT_PATH`], are routed with the server's other
+//! routes, the sandbox as their state; the gateway knows nothing of the server.
 
 mod api;
 mod checkout;
@@ -24,14 +26,14 @@ mod protocol;
 mod tests;
 mod trades;
 
+pub use checkout::decide;
+
 use crate::clock::SharedClock;
 use crate::domain::{Millis, OrderId};
 use crate::payment::alipay::sign::{AlipayPublicKey, AppKey};
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
-use axum::routing::{get, post};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use trades::{SandboxTrade, TradeBook};
 
@@ -47,6 +49,9 @@ pub const GATEWAY_PATH: &str = "/sandbox/alipay/gateway.do";
 
 /// The checkout page's form posts the buyer's choice to this prefix and the `out_trade_no`.
 const CHECKOUT_PREFIX: &str = "/sandbox/alipay/checkout/";
+
+/// The route of the checkout form's target: [`CHECKOUT_PREFIX`] and the `out_trade_no`.
+pub const CHECKOUT_PATH: &str = "/sandbox/alipay/checkout/{out_trade_no}";
 
 /// How many trades the sandbox holds: each is a few hundred bytes of memory that nobody else
 /// bounds. When full, trades closed without payment are let go first; beyond that, a new
@@ -121,18 +126,6 @@ impl Sandbox {
         }))
     }
 
-    /// The gateway's routes, state applied: [`GATEWAY_PATH`] (GET and POST: pay pages and
-    /// the synchronous API, told apart by `method`) and the checkout form's target.
-    pub fn router(self: &Arc<Self>) -> Router {
-        Router::new()
-            .route(GATEWAY_PATH, get(gateway).post(gateway))
-            .route(
-                &format!("{CHECKOUT_PREFIX}{{out_trade_no}}"),
-                post(checkout::decide),
-            )
-            .with_state(Arc::clone(self))
-    }
-
     /// The signed parameters of the notification that reports the trade's current state,
     /// exactly as they are (or would be) posted to the shop; `None` for an unknown trade.
     pub fn notification(&self, out_trade_no: OrderId) -> Option<Vec<(String, String)>> {
@@ -164,9 +157,10 @@ impl Sandbox {
     }
 }
 
-/// [`GATEWAY_PATH`]: the parameters of the query and of a form body together, as Alipay's
-/// SDKs send some in each; a pay method opens the checkout page, any other is an API call.
-async fn gateway(
+/// [`GATEWAY_PATH`], GET and POST (pay pages and the synchronous API, told apart by `method`):
+/// the parameters of the query and of a form body together, as Alipay's SDKs send some in
+/// each; a pay method opens the checkout page, any other is an API call.
+pub async fn gateway(
     State(sandbox): State<Arc<Sandbox>>,
     RawQuery(query): RawQuery,
     body: Bytes,

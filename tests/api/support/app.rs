@@ -96,7 +96,7 @@ impl TestApp {
             config.amqp_prefix = prefix;
             config.amqp_queue_expiry_secs = Some(600);
         }
-        let listener = seckill::http::server::listen(([127, 0, 0, 1], 0).into()).unwrap();
+        let listener = seckill::server::listen(([127, 0, 0, 1], 0).into()).unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         config.public_url = Some(base.clone());
         tweak(&mut config);

@@ -1,6 +1,8 @@
 //! seckill's HTTP/1.1 server, written for a crowd that holds connections open and mostly idle,
 //! and for clients that would hold them open to do harm:
-//! `server::serve(listener, router).with_graceful_shutdown(signal).await`.
+//! `server::serve(listener, router).with_graceful_shutdown(signal).await`. It is transport only:
+//! it serves any axum `Router` and knows nothing of seckill's routes, state or sale, so it
+//! imports nothing of ours.
 //!
 //! Parking: `axum::serve` keeps hyper's read and write buffers for every open connection, busy
 //! or not. Here a connection that has had no request for [`PARK_AFTER`] is handed back by hyper
