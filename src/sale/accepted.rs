@@ -23,23 +23,6 @@ use std::collections::{HashMap, HashSet};
 /// Orders of a product read from the database per page, newest first.
 const PAGE: i64 = 1_000;
 
-/// Units this process accepted, by product, since it started.
-#[derive(Debug, Default)]
-pub(super) struct AcceptedUnits(std::sync::Mutex<HashMap<ProductId, i64>>);
-
-impl AcceptedUnits {
-    /// Counts an order the gate accepted.
-    pub fn add(&self, order: &Order) {
-        let mut units = self.0.lock().expect("accepted units lock poisoned");
-        *units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
-    }
-
-    fn snapshot(&self) -> Vec<(ProductId, i64)> {
-        let units = self.0.lock().expect("accepted units lock poisoned");
-        units.iter().map(|(id, units)| (*id, *units)).collect()
-    }
-}
-
 impl SaleService {
     /// This process's accepted units, to share.
     pub(super) fn accepted_share(&self) -> super::Accepted {
@@ -49,7 +32,7 @@ impl SaleService {
             units: self
                 .accepted
                 .as_ref()
-                .map_or_else(Vec::new, AcceptedUnits::snapshot),
+                .map_or_else(Vec::new, super::buy::AcceptedUnits::snapshot),
         }
     }
 

@@ -10,6 +10,7 @@ use crate::domain::{
 };
 use crate::gate::{GateError, Rejection, Reserved};
 use crate::store::Persisted;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -382,6 +383,24 @@ impl SaleService {
             .iter()
             .map(|&o| (o.label(), self.tally.0[o as usize].load(Ordering::Relaxed)))
             .collect()
+    }
+}
+
+/// Units this process accepted, by product, since it started.
+#[derive(Debug, Default)]
+pub(super) struct AcceptedUnits(std::sync::Mutex<HashMap<ProductId, i64>>);
+
+impl AcceptedUnits {
+    /// Counts an order the gate accepted.
+    pub fn add(&self, order: &Order) {
+        let mut units = self.0.lock().expect("accepted units lock poisoned");
+        *units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+    }
+
+    /// The units counted so far, by product, to share.
+    pub(super) fn snapshot(&self) -> Vec<(ProductId, i64)> {
+        let units = self.0.lock().expect("accepted units lock poisoned");
+        units.iter().map(|(id, units)| (*id, *units)).collect()
     }
 }
 

@@ -119,7 +119,7 @@ pub struct SaleService {
     /// Units of each product this process accepted, shared with the fleet: what a Redis that
     /// lost its data can be checked against. Only with a fleet (cluster mode): a process alone
     /// makes each order durable before it answers.
-    accepted: Option<accepted::AcceptedUnits>,
+    accepted: Option<buy::AcceptedUnits>,
 }
 
 impl SaleService {
@@ -127,10 +127,7 @@ impl SaleService {
     /// reads the catalog and rebuilds the gate.
     fn new(parts: SaleParts, settings: SaleSettings) -> Self {
         let started_at = parts.clock.now_ms();
-        let accepted = parts
-            .fleet
-            .as_ref()
-            .map(|_| accepted::AcceptedUnits::default());
+        let accepted = parts.fleet.as_ref().map(|_| buy::AcceptedUnits::default());
         Self {
             catalog: Catalog::default(),
             store: parts.store,
