@@ -259,8 +259,9 @@ fn check_cluster_nodes(nodes: Vec<ConnectionInfo>) -> anyhow::Result<Vec<Connect
     Ok(nodes)
 }
 
-/// The Redis unit tests use: `SECKILL_TEST_REDIS_URL`, else the local one. A test that cannot
-/// reach it fails with the reason; it never skips.
+/// The Redis unit tests use: `SECKILL_TEST_REDIS_URL`, else the local one. Those tests are
+/// `#[ignore]`d (`scripts/test` runs them with `--ignored`); one run without it fails with the
+/// reason.
 #[cfg(test)]
 pub(crate) async fn test_link() -> RedisLink {
     let url =

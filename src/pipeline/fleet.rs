@@ -271,6 +271,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn a_server_reads_the_live_others_and_forgets_the_stopped() {
         let redis = crate::redis_link::test_link().await;
         let prefix = format!("seckill-unit:{}:fleet:", std::process::id());

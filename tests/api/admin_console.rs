@@ -570,68 +570,6 @@ async fn the_console_pauses_resumes_and_ends_a_sale_and_ends_an_event() {
 }
 
 #[tokio::test]
-async fn the_dashboard_shows_orders_in_the_outbox_until_a_worker_stores_them() {
-    let db = Arc::new(TestDatabase::fresh().await);
-    let prefix = fresh_prefix();
-    let spawn = |worker| server_on_with(&db, &prefix, worker, Some(local_amqp(&prefix)), |_| {});
-    // No worker yet: accepted orders wait in the outbox.
-    let app = spawn(false).await;
-    let product = app.live_product(5, 2).await;
-    let tokens = app.users(2).await;
-    assert_eq!(
-        app.buy(&tokens[0], product, 2).await.0,
-        StatusCode::ACCEPTED
-    );
-    assert_eq!(
-        app.buy(&tokens[1], product, 1).await.0,
-        StatusCode::ACCEPTED
-    );
-
-    let browser = operator(&app).await.browser;
-    let page = browser
-        .get(app.url("/admin/dashboard"))
-        .text_of_answer()
-        .await;
-    assert!(page.contains("orders</td><td>0</td>"), "{page}");
-    let mut events = Events::open(&app, &browser).await;
-    let event = events.take(1).await.remove(0);
-    let waiting = line(&event, product);
-    assert_eq!(waiting["sold"], 3, "{waiting}");
-    assert_eq!(waiting["remaining"], 2, "{waiting}");
-    assert_eq!(waiting["in_flight"], 3, "{waiting}");
-    assert_eq!(waiting["outbox"], 2, "{waiting}");
-    assert_eq!(waiting["paid"], 0, "{waiting}");
-    // The units in flight are accounted for: the gate and the database balance.
-    assert_eq!(waiting["drift"], 0, "{waiting}");
-    let queue = |event: &serde_json::Value, name: &str| {
-        event["queues"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|q| q["name"].as_str().unwrap().ends_with(name))
-            .map(|q| q["messages"].clone())
-    };
-    assert_eq!(queue(&event, "orders"), Some(0.into()), "{event}");
-
-    // A worker stores them; each stored order waits in the delay queue for its deadline.
-    let _worker = spawn(true).await;
-    let event = events
-        .until(|e| line(e, product)["outbox"] == 0 && line(e, product)["in_flight"] == 0)
-        .await;
-    let stored = line(&event, product);
-    assert_eq!(
-        (stored["sold"].clone(), stored["remaining"].clone()),
-        (3.into(), 2.into())
-    );
-    assert_eq!(stored["drift"], 0, "{stored}");
-    let event = events
-        .until(|e| queue(e, "deadline.wait.900000ms") == Some(2.into()))
-        .await;
-    assert_eq!(queue(&event, "orders"), Some(0.into()), "{event}");
-    assert_eq!(queue(&event, "dead"), Some(0.into()), "{event}");
-}
-
-#[tokio::test]
 async fn the_dashboard_shows_a_drift_when_the_database_stock_changes_behind_the_gate() {
     let app = TestApp::spawn().await;
     let product = app.live_product(5, 1).await;
@@ -673,39 +611,116 @@ async fn the_dashboard_shows_a_drift_when_the_database_stock_changes_behind_the_
     app.stop().await;
 }
 
-#[tokio::test]
-async fn the_dashboard_of_one_server_counts_the_buys_of_every_server() {
-    let db = Arc::new(TestDatabase::fresh().await);
-    let prefix = fresh_prefix();
-    let first = server_on_with(&db, &prefix, true, None, |_| {}).await;
-    let product = first.live_product(5, 1).await;
-    let second = server_on_with(&db, &prefix, false, None, |_| {}).await;
-    let tokens = first.users(3).await;
-    for token in &tokens[..2] {
-        assert_eq!(first.buy(token, product, 1).await.0, StatusCode::ACCEPTED);
-    }
-    assert_eq!(
-        second.buy(&tokens[2], product, 1).await.0,
-        StatusCode::ACCEPTED
-    );
-    let (status, body) = second.buy(&tokens[0], product, 1).await;
-    assert_eq!(
-        (status, crate::support::code(&body)),
-        (StatusCode::CONFLICT, "limit_reached")
-    );
+mod needs_redis_server {
+    use super::*;
+    use crate::support::{Need, require};
 
-    let browser = operator(&first).await.browser;
-    let mut events = Events::open(&first, &browser).await;
-    let event = events
-        .until(|e| buys(e, "accepted") == Some(3.into()))
-        .await;
-    assert_eq!(buys(&event, "limit_reached"), Some(1.into()), "{event}");
-    assert_eq!(event["buys_from"], "all_servers", "{event}");
-    assert_eq!(event["servers"], 2, "{event}");
-    assert_eq!(line(&event, product)["sold"], 3, "{event}");
-    let page = browser
-        .get(first.url("/admin/dashboard"))
-        .text_of_answer()
-        .await;
-    assert!(page.contains("all servers (2)"), "{page}");
+    #[tokio::test]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn the_dashboard_of_one_server_counts_the_buys_of_every_server() {
+        require(Need::RedisServer);
+        let db = Arc::new(TestDatabase::fresh().await);
+        let prefix = fresh_prefix();
+        let first = server_on_with(&db, &prefix, true, None, |_| {}).await;
+        let product = first.live_product(5, 1).await;
+        let second = server_on_with(&db, &prefix, false, None, |_| {}).await;
+        let tokens = first.users(3).await;
+        for token in &tokens[..2] {
+            assert_eq!(first.buy(token, product, 1).await.0, StatusCode::ACCEPTED);
+        }
+        assert_eq!(
+            second.buy(&tokens[2], product, 1).await.0,
+            StatusCode::ACCEPTED
+        );
+        let (status, body) = second.buy(&tokens[0], product, 1).await;
+        assert_eq!(
+            (status, crate::support::code(&body)),
+            (StatusCode::CONFLICT, "limit_reached")
+        );
+
+        let browser = operator(&first).await.browser;
+        let mut events = Events::open(&first, &browser).await;
+        let event = events
+            .until(|e| buys(e, "accepted") == Some(3.into()))
+            .await;
+        assert_eq!(buys(&event, "limit_reached"), Some(1.into()), "{event}");
+        assert_eq!(event["buys_from"], "all_servers", "{event}");
+        assert_eq!(event["servers"], 2, "{event}");
+        assert_eq!(line(&event, product)["sold"], 3, "{event}");
+        let page = browser
+            .get(first.url("/admin/dashboard"))
+            .text_of_answer()
+            .await;
+        assert!(page.contains("all servers (2)"), "{page}");
+    }
+}
+
+mod needs_redis_and_rabbitmq_servers {
+    use super::*;
+    use crate::support::{Need, require};
+
+    #[tokio::test]
+    #[ignore = "needs a Redis server and RabbitMQ, whatever the backends: run by scripts/test on mysql redis amqp and postgres cluster amqp"]
+    async fn the_dashboard_shows_orders_in_the_outbox_until_a_worker_stores_them() {
+        require(Need::RedisAndRabbitmqServers);
+        let db = Arc::new(TestDatabase::fresh().await);
+        let prefix = fresh_prefix();
+        let spawn =
+            |worker| server_on_with(&db, &prefix, worker, Some(local_amqp(&prefix)), |_| {});
+        // No worker yet: accepted orders wait in the outbox.
+        let app = spawn(false).await;
+        let product = app.live_product(5, 2).await;
+        let tokens = app.users(2).await;
+        assert_eq!(
+            app.buy(&tokens[0], product, 2).await.0,
+            StatusCode::ACCEPTED
+        );
+        assert_eq!(
+            app.buy(&tokens[1], product, 1).await.0,
+            StatusCode::ACCEPTED
+        );
+
+        let browser = operator(&app).await.browser;
+        let page = browser
+            .get(app.url("/admin/dashboard"))
+            .text_of_answer()
+            .await;
+        assert!(page.contains("orders</td><td>0</td>"), "{page}");
+        let mut events = Events::open(&app, &browser).await;
+        let event = events.take(1).await.remove(0);
+        let waiting = line(&event, product);
+        assert_eq!(waiting["sold"], 3, "{waiting}");
+        assert_eq!(waiting["remaining"], 2, "{waiting}");
+        assert_eq!(waiting["in_flight"], 3, "{waiting}");
+        assert_eq!(waiting["outbox"], 2, "{waiting}");
+        assert_eq!(waiting["paid"], 0, "{waiting}");
+        // The units in flight are accounted for: the gate and the database balance.
+        assert_eq!(waiting["drift"], 0, "{waiting}");
+        let queue = |event: &serde_json::Value, name: &str| {
+            event["queues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|q| q["name"].as_str().unwrap().ends_with(name))
+                .map(|q| q["messages"].clone())
+        };
+        assert_eq!(queue(&event, "orders"), Some(0.into()), "{event}");
+
+        // A worker stores them; each stored order waits in the delay queue for its deadline.
+        let _worker = spawn(true).await;
+        let event = events
+            .until(|e| line(e, product)["outbox"] == 0 && line(e, product)["in_flight"] == 0)
+            .await;
+        let stored = line(&event, product);
+        assert_eq!(
+            (stored["sold"].clone(), stored["remaining"].clone()),
+            (3.into(), 2.into())
+        );
+        assert_eq!(stored["drift"], 0, "{stored}");
+        let event = events
+            .until(|e| queue(e, "deadline.wait.900000ms") == Some(2.into()))
+            .await;
+        assert_eq!(queue(&event, "orders"), Some(0.into()), "{event}");
+        assert_eq!(queue(&event, "dead"), Some(0.into()), "{event}");
+    }
 }

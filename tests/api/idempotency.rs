@@ -336,98 +336,110 @@ async fn second_server(db: &Arc<TestDatabase>, prefix: &str) -> TestApp {
     server_on_with(db, prefix, false, None, |_| {}).await
 }
 
-#[tokio::test]
-async fn a_buy_retried_on_another_server_gets_the_same_order() {
-    let (db, prefix, first) = first_server().await;
-    let product = first.live_product(3, 2).await;
-    let other = first.live_product(3, 2).await;
-    let second = second_server(&db, &prefix).await;
-    let token = &first.users(1).await[0];
-    let answer = buy(&first, token, product, 1, "roaming").await;
-    let id = accepted(&answer);
-    assert_eq!(buy(&second, token, product, 1, "roaming").await, answer);
-    // Stored by the first server's worker meanwhile: the second answers the order as stored.
-    first.settle().await;
-    assert_eq!(
-        accepted(&buy(&second, token, product, 1, "roaming").await),
-        id
-    );
-    // The key sent to the other server for another product is refused there too.
-    let (status, body) = buy(&second, token, other, 1, "roaming").await;
-    assert_eq!(
-        (status, code(&body)),
-        (StatusCode::CONFLICT, "idempotency_key_reused"),
-        "{body}"
-    );
-    assert_eq!(first.stored(product).await, (1, 1, 2));
-    assert_eq!(first.stored(other).await, (0, 0, 3));
-}
+mod needs_redis_server {
+    use super::*;
+    use crate::support::{Need, require};
 
-#[tokio::test]
-async fn a_buy_whose_server_died_after_the_gate_is_answered_on_retry_with_its_order() {
-    let (db, prefix, first) = first_server().await;
-    let product = first.live_product(3, 1).await;
-    let second = second_server(&db, &prefix).await;
-    let tokens = first.users(2).await;
-    // Loads the product into the gate.
-    accepted(&first.buy(&tokens[1], product, 1).await);
+    #[tokio::test]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn a_buy_retried_on_another_server_gets_the_same_order() {
+        require(Need::RedisServer);
+        let (db, prefix, first) = first_server().await;
+        let product = first.live_product(3, 2).await;
+        let other = first.live_product(3, 2).await;
+        let second = second_server(&db, &prefix).await;
+        let token = &first.users(1).await[0];
+        let answer = buy(&first, token, product, 1, "roaming").await;
+        let id = accepted(&answer);
+        assert_eq!(buy(&second, token, product, 1, "roaming").await, answer);
+        // Stored by the first server's worker meanwhile: the second answers the order as stored.
+        first.settle().await;
+        assert_eq!(
+            accepted(&buy(&second, token, product, 1, "roaming").await),
+            id
+        );
+        // The key sent to the other server for another product is refused there too.
+        let (status, body) = buy(&second, token, other, 1, "roaming").await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::CONFLICT, "idempotency_key_reused"),
+            "{body}"
+        );
+        assert_eq!(first.stored(product).await, (1, 1, 2));
+        assert_eq!(first.stored(other).await, (0, 0, 3));
+    }
 
-    // The dead server's buy: the gate's step ran (stock taken, order in the outbox, key kept)
-    // and no answer ever left.
-    let now = first.state.sale.now();
-    let user = first
-        .state
-        .auth
-        .tokens
-        .verify(&tokens[0], now)
-        .unwrap()
-        .user_id;
-    let ids = Snowflake::new(MAX_NODE_ID, Arc::new(SystemClock)).unwrap();
-    let price = Money::from_cents(4_999).unwrap();
-    let order = Order {
-        id: OrderId(ids.next_id()),
-        user_id: user,
-        product_id: ProductId(product),
-        product_name: "Test phone".into(),
-        unit_price: price,
-        quantity: Quantity::parse(1).unwrap(),
-        total: price,
-        status: OrderStatus::AwaitingPayment,
-        created_at: now,
-        pay_before: now + 900_000,
-        paid_at: None,
-        cancelled_at: None,
-        pay_started_at: None,
-        idempotency_key: Some(IdempotencyKey::parse("lost-answer").unwrap()),
-    };
-    let link = seckill::redis_link::connect(&redis_url()).await.unwrap();
-    let outbox_max = seckill::config::Config::default().outbox_max_orders;
-    let dead = RedisGate::new(link, &prefix, outbox_max);
-    assert_eq!(
-        dead.reserve(&order, now).await.unwrap(),
-        Reserved::Taken { remaining: 1 }
-    );
+    #[tokio::test]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn a_buy_whose_server_died_after_the_gate_is_answered_on_retry_with_its_order() {
+        require(Need::RedisServer);
+        let (db, prefix, first) = first_server().await;
+        let product = first.live_product(3, 1).await;
+        let second = second_server(&db, &prefix).await;
+        let tokens = first.users(2).await;
+        // Loads the product into the gate.
+        accepted(&first.buy(&tokens[1], product, 1).await);
 
-    let (status, body) = buy(&second, &tokens[0], product, 1, "lost-answer").await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(body["order_id"], order.id.to_string());
-    assert_eq!(first.stored(product).await, (2, 2, 1));
-    assert_eq!(first.product(product).await["remaining"], 1);
-}
+        // The dead server's buy: the gate's step ran (stock taken, order in the outbox, key kept)
+        // and no answer ever left.
+        let now = first.state.sale.now();
+        let user = first
+            .state
+            .auth
+            .tokens
+            .verify(&tokens[0], now)
+            .unwrap()
+            .user_id;
+        let ids = Snowflake::new(MAX_NODE_ID, Arc::new(SystemClock)).unwrap();
+        let price = Money::from_cents(4_999).unwrap();
+        let order = Order {
+            id: OrderId(ids.next_id()),
+            user_id: user,
+            product_id: ProductId(product),
+            product_name: "Test phone".into(),
+            unit_price: price,
+            quantity: Quantity::parse(1).unwrap(),
+            total: price,
+            status: OrderStatus::AwaitingPayment,
+            created_at: now,
+            pay_before: now + 900_000,
+            paid_at: None,
+            cancelled_at: None,
+            pay_started_at: None,
+            idempotency_key: Some(IdempotencyKey::parse("lost-answer").unwrap()),
+        };
+        let link = seckill::redis_link::connect(&redis_url()).await.unwrap();
+        let outbox_max = seckill::config::Config::default().outbox_max_orders;
+        let dead = RedisGate::new(link, &prefix, outbox_max);
+        assert_eq!(
+            dead.reserve(&order, now).await.unwrap(),
+            Reserved::Taken { remaining: 1 }
+        );
 
-#[tokio::test]
-async fn a_redis_that_lost_its_data_still_answers_a_retry_from_the_database() {
-    let (db, prefix, first) = first_server().await;
-    let product = first.live_product(3, 1).await;
-    let second = second_server(&db, &prefix).await;
-    let token = &first.users(1).await[0];
-    let id = accepted(&buy(&first, token, product, 1, "before-the-loss").await);
-    first.settle().await;
+        let (status, body) = buy(&second, &tokens[0], product, 1, "lost-answer").await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert_eq!(body["order_id"], order.id.to_string());
+        assert_eq!(first.stored(product).await, (2, 2, 1));
+        assert_eq!(first.product(product).await["remaining"], 1);
+    }
 
-    // Redis restarts empty: every key of these servers is gone, claims included.
-    delete_keys(&format!("{prefix}*")).await;
+    #[tokio::test]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn a_redis_that_lost_its_data_still_answers_a_retry_from_the_database() {
+        require(Need::RedisServer);
+        let (db, prefix, first) = first_server().await;
+        let product = first.live_product(3, 1).await;
+        let second = second_server(&db, &prefix).await;
+        let token = &first.users(1).await[0];
+        let id = accepted(&buy(&first, token, product, 1, "before-the-loss").await);
+        first.settle().await;
 
-    let retry = once_the_gate_reopens(|| buy(&second, token, product, 1, "before-the-loss")).await;
-    assert_eq!(accepted(&retry), id);
-    assert_eq!(first.stored(product).await, (1, 1, 2));
+        // Redis restarts empty: every key of these servers is gone, claims included.
+        delete_keys(&format!("{prefix}*")).await;
+
+        let retry =
+            once_the_gate_reopens(|| buy(&second, token, product, 1, "before-the-loss")).await;
+        assert_eq!(accepted(&retry), id);
+        assert_eq!(first.stored(product).await, (1, 1, 2));
+    }
 }

@@ -94,11 +94,6 @@ async fn sell_exactly_the_stock(quorum: bool) {
     assert_eq!(observer.stored(product).await, (stock, stock, 0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
-    sell_exactly_the_stock(false).await;
-}
-
 /// How a worker is stopped in the middle of its work.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stop {
@@ -177,125 +172,6 @@ async fn stop_a_worker_mid_stream(how: Stop) {
     assert_eq!(observer.stored(product).await, (stock, stock, 0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
-    stop_a_worker_mid_stream(Stop::Kill).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_worker_stopped_with_sigterm_finishes_its_batch_and_leaves_nothing_pending() {
-    stop_a_worker_mid_stream(Stop::Terminate).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconcile_reports_gate_drift_and_repair_rebuilds_the_gate() {
-    let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
-    let observer = cluster.observer().await;
-    let product = observer.live_product(5, 1).await;
-    let tokens = observer.users(2).await;
-    let (_worker, _) = cluster.start("worker", &[]).await;
-    observer.buy_each(&tokens, product).await;
-    let reconcile = |repair: bool| {
-        let mut command = cluster.command("reconcile", &[]);
-        if repair {
-            command.arg("--repair");
-        }
-        async move {
-            let output = command.stderr(Stdio::piped()).output().await.unwrap();
-            let text = String::from_utf8_lossy(&output.stdout).into_owned();
-            (output.status.success(), text)
-        }
-    };
-    let (balanced, report) = reconcile(false).await;
-    assert!(balanced, "{report}");
-
-    // The gate loses two units (a crash between a cancel in the database and its release).
-    let mut redis = seckill::redis_link::connect(&redis_url()).await.unwrap();
-    let _: i64 = redis::cmd("HINCRBY")
-        .arg(format!("{}{{p:{product}}}:sale", cluster.prefix))
-        .arg("remaining")
-        .arg(-2)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let (balanced, report) = reconcile(false).await;
-    assert!(!balanced && report.contains("GATE SHORT"), "{report}");
-
-    let (balanced, report) = reconcile(true).await;
-    assert!(balanced && report.contains("gate rebuilt"), "{report}");
-    assert_eq!(observer.product(product).await["remaining"], 3);
-}
-
-/// The payment settings are a contract of the environment: `SECKILL_PAYMENT__PROVIDER=sandbox`
-/// makes a server process take payments through its own sandbox gateway, whose URLs name the
-/// port the process actually took; without a provider, paying is refused.
-#[tokio::test]
-async fn a_server_process_pays_through_the_sandbox_its_environment_names() {
-    let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
-    let app = cluster.observer().await;
-    let sandbox = [
-        ("SECKILL_PAYMENT__PROVIDER", "sandbox"),
-        ("SECKILL_RUN_WORKER", "true"),
-    ];
-    let product = app.live_product(2, 1).await;
-    let (_paying, base) = cluster.server_with(&sandbox).await;
-    let (_free, free_base) = cluster.server_with(&[("SECKILL_RUN_WORKER", "true")]).await;
-    let tokens = app.users(2).await;
-    let mut orders = Vec::new();
-    for token in &tokens {
-        let answer = app
-            .client
-            .post(format!("{base}/api/v1/orders"))
-            .bearer_auth(token)
-            .json(&serde_json::json!({ "product_id": product, "quantity": 1 }))
-            .send()
-            .await
-            .unwrap();
-        let (status, body) = crate::support::status_and_json(answer).await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-        orders.push(body["order_id"].as_str().unwrap().to_owned());
-    }
-    app.settle().await;
-    let (first_token, first) = (&tokens[0], &orders[0]);
-    let (second_token, second) = (&tokens[1], &orders[1]);
-
-    let pay = |server: &str, token: &str, order: &str| {
-        app.client
-            .post(format!("{server}/api/v1/orders/{order}/pay"))
-            .bearer_auth(token)
-            .send()
-    };
-    let answer = pay(&free_base, second_token, second).await.unwrap();
-    let (status, body) = crate::support::status_and_json(answer).await;
-    assert_eq!(
-        (status, code(&body)),
-        (StatusCode::SERVICE_UNAVAILABLE, "payments_not_configured")
-    );
-
-    let answer = pay(&base, first_token, first).await.unwrap();
-    let (status, body) = crate::support::status_and_json(answer).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["provider"], "sandbox");
-    let pay_url = body["pay_url"].as_str().unwrap();
-    assert!(
-        pay_url.starts_with(&format!("{base}/sandbox/alipay/gateway.do?")),
-        "{pay_url}"
-    );
-    let page = app.client.get(pay_url).send().await.unwrap();
-    assert_eq!(page.status(), StatusCode::OK);
-    let paid = app
-        .client
-        .post(format!("{base}/sandbox/alipay/checkout/{first}"))
-        .form(&[("action", "pay")])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(paid.status(), StatusCode::OK, "the return page");
-    app.wait_for_status(first_token, first, "paid").await;
-    app.wait_for_status(second_token, second, "awaiting_payment")
-        .await;
-}
-
 mod needs_amqp {
     use super::*;
     use crate::support::{Need, require};
@@ -307,5 +183,144 @@ mod needs_amqp {
     async fn over_quorum_queues_two_server_processes_and_a_worker_sell_exactly_the_stock() {
         require(Need::Amqp);
         sell_exactly_the_stock(true).await;
+    }
+}
+
+mod needs_redis_server {
+    use super::*;
+    use crate::support::{Need, require};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn two_server_processes_and_a_worker_sell_exactly_the_stock() {
+        require(Need::RedisServer);
+        sell_exactly_the_stock(false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn a_worker_killed_mid_batch_loses_and_duplicates_nothing() {
+        require(Need::RedisServer);
+        stop_a_worker_mid_stream(Stop::Kill).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn a_worker_stopped_with_sigterm_finishes_its_batch_and_leaves_nothing_pending() {
+        require(Need::RedisServer);
+        stop_a_worker_mid_stream(Stop::Terminate).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn reconcile_reports_gate_drift_and_repair_rebuilds_the_gate() {
+        require(Need::RedisServer);
+        let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
+        let observer = cluster.observer().await;
+        let product = observer.live_product(5, 1).await;
+        let tokens = observer.users(2).await;
+        let (_worker, _) = cluster.start("worker", &[]).await;
+        observer.buy_each(&tokens, product).await;
+        let reconcile = |repair: bool| {
+            let mut command = cluster.command("reconcile", &[]);
+            if repair {
+                command.arg("--repair");
+            }
+            async move {
+                let output = command.stderr(Stdio::piped()).output().await.unwrap();
+                let text = String::from_utf8_lossy(&output.stdout).into_owned();
+                (output.status.success(), text)
+            }
+        };
+        let (balanced, report) = reconcile(false).await;
+        assert!(balanced, "{report}");
+
+        // The gate loses two units (a crash between a cancel in the database and its release).
+        let mut redis = seckill::redis_link::connect(&redis_url()).await.unwrap();
+        let _: i64 = redis::cmd("HINCRBY")
+            .arg(format!("{}{{p:{product}}}:sale", cluster.prefix))
+            .arg("remaining")
+            .arg(-2)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let (balanced, report) = reconcile(false).await;
+        assert!(!balanced && report.contains("GATE SHORT"), "{report}");
+
+        let (balanced, report) = reconcile(true).await;
+        assert!(balanced && report.contains("gate rebuilt"), "{report}");
+        assert_eq!(observer.product(product).await["remaining"], 3);
+    }
+
+    /// The payment settings are a contract of the environment: `SECKILL_PAYMENT__PROVIDER=sandbox`
+    /// makes a server process take payments through its own sandbox gateway, whose URLs name the
+    /// port the process actually took; without a provider, paying is refused.
+    #[tokio::test]
+    #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
+    async fn a_server_process_pays_through_the_sandbox_its_environment_names() {
+        require(Need::RedisServer);
+        let cluster = Cluster::new(Arc::new(TestDatabase::fresh().await));
+        let app = cluster.observer().await;
+        let sandbox = [
+            ("SECKILL_PAYMENT__PROVIDER", "sandbox"),
+            ("SECKILL_RUN_WORKER", "true"),
+        ];
+        let product = app.live_product(2, 1).await;
+        let (_paying, base) = cluster.server_with(&sandbox).await;
+        let (_free, free_base) = cluster.server_with(&[("SECKILL_RUN_WORKER", "true")]).await;
+        let tokens = app.users(2).await;
+        let mut orders = Vec::new();
+        for token in &tokens {
+            let answer = app
+                .client
+                .post(format!("{base}/api/v1/orders"))
+                .bearer_auth(token)
+                .json(&serde_json::json!({ "product_id": product, "quantity": 1 }))
+                .send()
+                .await
+                .unwrap();
+            let (status, body) = crate::support::status_and_json(answer).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+            orders.push(body["order_id"].as_str().unwrap().to_owned());
+        }
+        app.settle().await;
+        let (first_token, first) = (&tokens[0], &orders[0]);
+        let (second_token, second) = (&tokens[1], &orders[1]);
+
+        let pay = |server: &str, token: &str, order: &str| {
+            app.client
+                .post(format!("{server}/api/v1/orders/{order}/pay"))
+                .bearer_auth(token)
+                .send()
+        };
+        let answer = pay(&free_base, second_token, second).await.unwrap();
+        let (status, body) = crate::support::status_and_json(answer).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::SERVICE_UNAVAILABLE, "payments_not_configured")
+        );
+
+        let answer = pay(&base, first_token, first).await.unwrap();
+        let (status, body) = crate::support::status_and_json(answer).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["provider"], "sandbox");
+        let pay_url = body["pay_url"].as_str().unwrap();
+        assert!(
+            pay_url.starts_with(&format!("{base}/sandbox/alipay/gateway.do?")),
+            "{pay_url}"
+        );
+        let page = app.client.get(pay_url).send().await.unwrap();
+        assert_eq!(page.status(), StatusCode::OK);
+        let paid = app
+            .client
+            .post(format!("{base}/sandbox/alipay/checkout/{first}"))
+            .form(&[("action", "pay")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(paid.status(), StatusCode::OK, "the return page");
+        app.wait_for_status(first_token, first, "paid").await;
+        app.wait_for_status(second_token, second, "awaiting_payment")
+            .await;
     }
 }

@@ -366,6 +366,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn a_key_is_kept_with_its_order_in_the_step_that_takes_the_units() {
         let product = three_units(false, 2);
         let (mut redis, gate, keys) = loaded("keyed:", &product).await;
@@ -440,6 +441,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn a_call_sent_again_answers_as_its_first_run_and_takes_nothing_more() {
         let (mut redis, gate, keys) = loaded("", &three_units(false, 1)).await;
 
@@ -481,6 +483,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn a_paused_product_refuses_every_buy_of_a_call_until_resumed() {
         let (mut redis, gate, keys) = loaded("paused:", &three_units(true, 1)).await;
 
@@ -506,6 +509,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn a_full_outbox_refuses_buys_and_takes_nothing_until_entries_are_stored() {
         let (mut redis, gate, keys) = loaded("full:", &three_units(false, 1)).await;
 
@@ -560,6 +564,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn buys_finding_their_products_queue_full_are_refused_at_once() {
         let redis = crate::redis_link::test_link().await;
         let batches = ReserveBatches::new(redis, "seckill-unit:waiting:", 1_000);

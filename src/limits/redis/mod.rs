@@ -244,6 +244,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn two_servers_sharing_redis_allow_a_key_its_quota_once() {
         let prefix = prefix();
         let servers = [server(&prefix).await, server(&prefix).await];
@@ -262,6 +263,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn a_crowd_in_one_batch_is_counted_one_request_at_a_time() {
         let prefix = prefix();
         let servers = [
@@ -290,6 +292,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn the_previous_window_weighs_by_the_part_of_it_still_in_the_sliding_window() {
         let prefix = prefix();
         let limiter = server(&prefix).await;

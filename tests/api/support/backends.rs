@@ -110,9 +110,10 @@ pub fn backends() -> &'static Backends {
     BACKENDS.get_or_init(Backends::from_env)
 }
 
-/// A backend combination that only some runs of `scripts/test` have. Each variant's tests sit
-/// in a module of the same name in snake case with a `needs_` prefix, which `scripts/test`
-/// names in those runs.
+/// A backend combination that only some runs of `scripts/test` have, or a server some tests use
+/// whatever the combination (which a plain `cargo test` on a machine without it must not fail
+/// on). Each variant's tests sit in a module of the same name in snake case with a `needs_`
+/// prefix, which `scripts/test` names in the runs that have it.
 #[derive(Clone, Copy, Debug)]
 pub enum Need {
     /// The gate on a single Redis, and RabbitMQ.
@@ -129,6 +130,12 @@ pub enum Need {
     ServerDatabaseAndSingleRedis,
     /// Embedded on SQLite, or MySQL with RabbitMQ: the two ends of the payment pipeline.
     SqliteEmbeddedOrMysqlAmqp,
+    /// A Redis server answering at `SECKILL_TEST_REDIS_URL`, whatever the run's gate: for the
+    /// tests whose servers share a gate of their own on it.
+    RedisServer,
+    /// A Redis server as [`Need::RedisServer`] and RabbitMQ answering at
+    /// `SECKILL_TEST_AMQP_URL`, whatever the run's pipeline.
+    RedisAndRabbitmqServers,
 }
 
 impl Need {
@@ -146,8 +153,27 @@ impl Need {
                 (run.database == Database::Sqlite && !run.gate_in_redis)
                     || (run.database == Database::Mysql && run.relay_through_amqp)
             }
+            Self::RedisServer => answers(&run.redis_url),
+            Self::RedisAndRabbitmqServers => answers(&run.redis_url) && answers(&run.amqp_url),
         }
     }
+}
+
+/// Whether the (first) server of `url` accepts a TCP connection: a test that needs a server
+/// whatever the combination checks it is there, not the combination.
+fn answers(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme.split('/').next().unwrap_or_default();
+    let hosts = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, hosts)| hosts);
+    let host_port = hosts.split(',').next().unwrap_or_default();
+    std::net::ToSocketAddrs::to_socket_addrs(host_port)
+        .into_iter()
+        .flatten()
+        .any(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).is_ok()
+        })
 }
 
 /// Fails the test unless this run has `need`: an ignored test run by hand (`--ignored`) in a
