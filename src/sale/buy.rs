@@ -207,15 +207,16 @@ impl SaleService {
             {
                 Err(BuyError::Unavailable(RebuildWaits.into()))
             }
-            Err(GateError::Rejected(Rejection::NotLoaded)) => {
-                let too_late = now >= entry.window.end;
-                Err(if too_late {
-                    Rejection::Ended
-                } else {
-                    Rejection::NotStarted
-                }
-                .into())
-            }
+            // Still missing: a sale not open yet, or over, says so; a live one is being loaded
+            // by a rebuild this buy shared (which may have failed, and is tried again by the
+            // next buy or the ticker), so the buyer is told to retry.
+            Err(GateError::Rejected(Rejection::NotLoaded)) => Err(if now >= entry.window.end {
+                Rejection::Ended.into()
+            } else if now < entry.window.start {
+                Rejection::NotStarted.into()
+            } else {
+                BuyError::Unavailable(RebuildWaits.into())
+            }),
             Err(GateError::Rejected(rejection)) => {
                 if rejection == (Rejection::SoldOut { remaining: 0 }) {
                     self.flag_sold_out(order.product_id).await;
