@@ -9,7 +9,7 @@
 //! 2. every route of the app (not the sandbox gateway's): the metrics of its route pattern
 //!    ([`metrics::track`]), then the origin check of a cookie-authenticated change
 //!    ([`origin::same_origin`]);
-//! 3. the operator's routes, the API's and the console's: the per-address throttle
+//! 3. the operator's routes, the API's, the console's and `/metrics`: the per-address throttle
 //!    ([`rate_limit::throttle_admin`]), before their token or session is looked at;
 //! 4. the handler's own extractors, which each group's heading names: the shopper's session
 //!    ([`CurrentUser`](super::extract::CurrentUser), required or optional), the admin token
@@ -47,6 +47,9 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
     let max_image_bytes = state.images.max_bytes();
     let operator = operator_api(max_image_bytes)
         .merge(console(max_image_bytes))
+        // Prometheus's scrapes, with the admin token (`AdminAuth`): a few a minute, far below
+        // the throttle, which stops a guesser of the token here as on the other routes.
+        .route("/metrics", get(metrics::render))
         .route_layer(from_fn_with_state(
             state.clone(),
             rate_limit::throttle_admin,
@@ -58,8 +61,6 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
         .merge(shopper())
         .merge(visitor())
         .merge(operator)
-        // The admin token (`AdminAuth`), not throttled: Prometheus scrapes.
-        .route("/metrics", get(metrics::render))
         .route_layer(from_fn_with_state(state.site.clone(), origin::same_origin))
         // Inside the routes, where the matched route is known: measures the routes above.
         .route_layer(from_fn(metrics::track))

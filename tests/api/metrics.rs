@@ -7,6 +7,7 @@ use crate::support::TestDatabase;
 use crate::support::{ADMIN_TOKEN, TestApp, code, status_and_json};
 use crate::support::{fresh_prefix, local_amqp, server_on_with};
 use reqwest::StatusCode;
+use seckill::clock::SystemClock;
 use std::sync::Arc;
 
 /// The value of the sample `name` whose labels include every one of `labels` (0 when there
@@ -260,4 +261,42 @@ mod needs_redis_and_rabbitmq_servers {
         );
         assert_eq!(sample(&text, "seckill_gate_drift", &labels), 0.0, "{text}");
     }
+}
+
+#[tokio::test]
+async fn three_thousand_wrong_tokens_at_metrics_are_throttled_like_the_other_operator_routes() {
+    // The default per-address limits, which the other tests open wide.
+    let limits = seckill::config::Config::default().rate_limit;
+    let (per_sec, burst) = (limits.per_ip_per_sec, limits.per_ip_burst);
+    let app = TestApp::spawn_with(Arc::new(SystemClock), move |c| {
+        c.rate_limit.per_ip_per_sec = per_sec;
+        c.rate_limit.per_ip_burst = burst;
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let (mut unauthorized, mut throttled) = (0u32, 0u32);
+    for _ in 0..3_000 {
+        let response = app
+            .client
+            .get(app.url("/metrics"))
+            .bearer_auth("a-guessed-admin-token")
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = status_and_json(response).await;
+        match status {
+            StatusCode::UNAUTHORIZED => unauthorized += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_eq!(code(&body), "rate_limited", "{body}");
+                throttled += 1;
+            }
+            other => panic!("a wrong token at /metrics answered {other}: {body}"),
+        }
+    }
+    let allowed = f64::from(burst) + f64::from(per_sec) * started.elapsed().as_secs_f64();
+    assert!(throttled > 0, "3,000 wrong tokens, none throttled");
+    assert!(
+        f64::from(unauthorized) <= allowed + 1.0,
+        "{unauthorized} wrong tokens looked at, the throttle allows {allowed:.0}"
+    );
 }
