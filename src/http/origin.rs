@@ -17,14 +17,25 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 
-/// This site as the public URL names it (`host[:port]`), besides the `Host` of each request.
+/// This site as the public URL names it: its scheme and `host[:port]`. When it is set, a
+/// request's `Origin` must have its scheme as well as this site's name or the request's `Host`.
 #[derive(Clone, Default)]
-pub struct Site(Option<Arc<str>>);
+pub struct Site(Option<(bool, Arc<str>)>);
+
+/// The scheme and `host[:port]` of an `http` or `https` URL.
+struct Origin<'a> {
+    https: bool,
+    authority: &'a str,
+}
 
 impl Site {
     /// The site of `public_url` (`scheme://host[:port][/...]`), if one is configured.
     pub fn new(public_url: Option<&str>) -> Self {
-        Self(public_url.and_then(authority).map(Arc::from))
+        Self(
+            public_url
+                .and_then(origin)
+                .map(|o| (o.https, Arc::from(o.authority))),
+        )
     }
 }
 
@@ -50,32 +61,35 @@ fn needs_check(method: &Method, headers: &HeaderMap) -> bool {
         && (cookie(headers, SESSION_COOKIE).is_some() || cookie(headers, ADMIN_COOKIE).is_some())
 }
 
-/// Whether the request's `Origin` (else `Referer`) is this site.
+/// Whether the request's `Origin` (else `Referer`) is this site: the `Host` it was sent to or
+/// the public URL's name, with the public URL's scheme when one is configured.
 fn from_site(site: &Site, headers: &HeaderMap) -> bool {
     let Some(source) = headers
         .get(ORIGIN)
         .or_else(|| headers.get(REFERER))
         .and_then(|v| v.to_str().ok())
-        .and_then(authority)
+        .and_then(origin)
     else {
         return false;
     };
     let host = headers.get(HOST).and_then(|v| v.to_str().ok());
-    host.is_some_and(|host| host.eq_ignore_ascii_case(source))
-        || site
-            .0
-            .as_deref()
-            .is_some_and(|ours| ours.eq_ignore_ascii_case(source))
+    let named = |authority: &str| authority.eq_ignore_ascii_case(source.authority);
+    match &site.0 {
+        Some((https, ours)) => source.https == *https && (host.is_some_and(named) || named(ours)),
+        None => host.is_some_and(named),
+    }
 }
 
-/// The `host[:port]` of an `http` or `https` URL; `None` for anything else (`null`, a path).
-fn authority(url: &str) -> Option<&str> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))?;
+/// The scheme and `host[:port]` of an `http` or `https` URL; `None` for anything else (`null`,
+/// a path).
+fn origin(url: &str) -> Option<Origin<'_>> {
+    let (https, rest) = match url.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (false, url.strip_prefix("http://")?),
+    };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
-    (!authority.is_empty() && !authority.contains('@')).then_some(authority)
+    (!authority.is_empty() && !authority.contains('@')).then_some(Origin { https, authority })
 }
 
 #[cfg(test)]
@@ -116,7 +130,7 @@ mod tests {
         let site = Site::new(Some("https://shop.example/"));
         let host = ("host", "10.0.0.5:8080");
         for ok in [
-            headers(&[host, ("origin", "http://10.0.0.5:8080")]),
+            headers(&[host, ("origin", "https://10.0.0.5:8080")]),
             headers(&[host, ("origin", "https://SHOP.example")]),
             headers(&[host, ("referer", "https://shop.example/orders?x=1")]),
         ] {
@@ -133,10 +147,35 @@ mod tests {
                 ("referer", "https://shop.example/"),
             ]),
             headers(&[host, ("referer", "https://shop.example@evil.example/")]),
-            headers(&[host, ("origin", "http://10.0.0.5:8081")]),
+            headers(&[host, ("origin", "https://10.0.0.5:8081")]),
+            // The public URL's scheme, not another.
+            headers(&[host, ("origin", "http://10.0.0.5:8080")]),
+            headers(&[host, ("origin", "http://shop.example")]),
+            headers(&[host, ("referer", "http://shop.example/orders")]),
         ] {
             assert!(!from_site(&site, &refused), "{refused:?}");
         }
+        // An http site refuses an https origin of its own name, and the other way round;
+        // without a public URL any scheme of the request's Host is the site.
+        let plain = Site::new(Some("http://shop.example"));
+        let host = ("host", "shop.example");
+        assert!(from_site(
+            &plain,
+            &headers(&[host, ("origin", "http://shop.example")])
+        ));
+        assert!(!from_site(
+            &plain,
+            &headers(&[host, ("origin", "https://shop.example")])
+        ));
+        let unset = Site::default();
+        assert!(from_site(
+            &unset,
+            &headers(&[host, ("origin", "https://shop.example")])
+        ));
+        assert!(from_site(
+            &unset,
+            &headers(&[host, ("origin", "http://shop.example")])
+        ));
         assert!(
             !from_site(&Site::default(), &headers(&[("origin", "http://a")])),
             "no Host"
