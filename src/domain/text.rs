@@ -4,6 +4,7 @@
 
 use super::Refusal;
 use std::fmt;
+use unicode_properties::{GeneralCategory, UnicodeEmoji, UnicodeGeneralCategory};
 
 /// A product's name: 1 to 200 characters once trimmed, none of them [`hidden`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +61,8 @@ impl ImageUrl {
             && !raw.starts_with("//");
         if !ok_scheme
             || raw.len() > Self::MAX_BYTES
-            || raw.chars().any(|c| c.is_whitespace() || hidden(c))
+            || raw.chars().any(char::is_whitespace)
+            || any_hidden(raw)
         {
             return Err(Refusal::new(
                 "invalid_image_url",
@@ -92,26 +94,61 @@ fn shown_text(raw: &str, field: &'static str, max: usize) -> Result<String, Refu
             format!("{field} must have 1 to {max} characters"),
         ));
     }
-    if trimmed.chars().any(hidden) {
+    if any_hidden(trimmed) {
         return Err(Refusal::new(
             "invalid_text",
             format!(
-                "{field} may not hold control characters or invisible direction and joining \
-                 marks (they can make a shopper read another text than the one shown)"
+                "{field} may not hold control, format, private-use, unassigned or invisible \
+                 characters, nor line or paragraph separators (they can make a shopper read \
+                 another text than the one shown)"
             ),
         ));
     }
     Ok(trimmed.to_owned())
 }
 
-/// A character that shows nothing yet changes what is shown: control characters, and the
-/// Unicode marks that reorder text (bidi overrides and isolates, as in "Trojan Source") or
-/// hide between letters.
+/// Whether `text` holds a character that is [`hidden`], not counting the emoji joiner between
+/// two emoji and a variation selector after an emoji (as in 👩‍💻 and ❤️), which only choose
+/// how the emoji is drawn.
+fn any_hidden(text: &str) -> bool {
+    let mut before = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let drawn_emoji = match c {
+            '\u{200D}' => {
+                before.is_some_and(pictograph) && chars.peek().copied().is_some_and(pictograph)
+            }
+            '\u{FE0E}' | '\u{FE0F}' => before.is_some_and(|b: char| b.is_emoji_char()),
+            _ => false,
+        };
+        if !drawn_emoji && hidden(c) {
+            return true;
+        }
+        before = Some(c);
+    }
+    false
+}
+
+/// An emoji a joiner may join: not the ASCII digits and signs that are emoji only in keycaps.
+fn pictograph(c: char) -> bool {
+    !c.is_ascii() && c.is_emoji_char()
+}
+
+/// A character that shows nothing yet changes what is shown, or shows as nothing: control and
+/// format characters (bidi overrides and isolates, as in "Trojan Source", soft hyphens, zero
+/// widths, tags), line and paragraph separators, private-use and unassigned code points, and
+/// the other default-ignorable ones (the Hangul fillers, variation selectors, the grapheme
+/// joiner). Space separators, U+3000 included, are allowed.
 fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+    use GeneralCategory::{
+        Control, Format, LineSeparator, ParagraphSeparator, PrivateUse, Surrogate, Unassigned,
+    };
+    matches!(
+        c.general_category(),
+        Control | Format | LineSeparator | ParagraphSeparator | PrivateUse | Surrogate | Unassigned
+    ) || matches!(c,
+        '\u{034F}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{180B}'..='\u{180F}'
+        | '\u{2800}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FFA0}' | '\u{E0100}'..='\u{E01EF}')
 }
 
 #[cfg(test)]
@@ -157,11 +194,47 @@ mod tests {
             "Te\u{0007}a",
             "Tea\nCake",
             "\u{FEFF}Tea",
+            "Te\u{00AD}a",
+            "Te\u{034F}a",
+            "\u{115F}",
+            "Tea\u{2028}Cake",
+            "Tea\u{2029}Cake",
+            "\u{3164}",
+            "\u{FFA0}",
+            "Tea\u{FFF9}x\u{FFFB}",
+            "Tea\u{E0041}\u{E007F}",
+            "Tea\u{E000}",
+            "Tea\u{0378}",
+            "Tea\u{2800}",
+            "Tea\u{FE0F}",
+            "Te\u{200D}a",
+            "\u{1F469}\u{200D}",
+            "\u{200D}\u{1F4BB}",
+            "\u{8FB9}\u{E0100}",
         ] {
             let refusal = ProductName::parse(bad).unwrap_err();
             assert_eq!(refusal.code, "invalid_text", "{bad:?}");
             assert!(refusal.message.starts_with("name may not hold"), "{bad:?}");
             assert_eq!(code(EventTitle::parse(bad)), "invalid_text", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn spaces_emoji_and_every_script_are_kept() {
+        for good in [
+            "限时\u{3000}秒杀",
+            "Tea\u{00A0}for\u{2003}two\u{202F}cups",
+            "\u{1F469}\u{200D}\u{1F4BB} desk",
+            "\u{2764}\u{FE0F} gift",
+            "1\u{FE0F}\u{20E3} first",
+            "\u{1F44D}\u{1F3FD} thumbs",
+            "\u{1F1E8}\u{1F1F3} 茶",
+            "한국 차",
+            "شاي أخضر",
+            "Café crème",
+        ] {
+            assert_eq!(ProductName::parse(good).unwrap().as_str(), good);
+            assert_eq!(EventTitle::parse(good).unwrap().as_str(), good);
         }
     }
 
@@ -184,6 +257,7 @@ mod tests {
             "/a b.png",
             " /a.png",
             "/a\u{202E}.png",
+            "/a\u{00AD}.png",
             long.as_str(),
         ] {
             let refusal = ImageUrl::parse(bad).unwrap_err();

@@ -21,6 +21,7 @@ mod metrics;
 mod migrate;
 mod openapi;
 mod operator_doors;
+mod operator_text;
 mod pages;
 mod payment_faults;
 mod payments;

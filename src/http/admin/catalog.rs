@@ -341,9 +341,19 @@ pub(crate) async fn update_product(
 ) -> Result<Response, ApiError> {
     let id = ProductId(id);
     let outcome = async {
+        let stored = state.sale.product(id).await?;
+        let stored = stored.as_ref();
         let changes = ProductChanges {
-            name: Some(ProductName::parse(form.field("name"))?),
-            image_url: Some(ImageUrl::parse(form.field("image_url"))?),
+            name: edited(
+                form.field("name"),
+                stored.map(|p| p.name.as_str()),
+                ProductName::parse,
+            )?,
+            image_url: edited(
+                form.field("image_url"),
+                stored.map(|p| p.image_url.as_str()),
+                ImageUrl::parse,
+            )?,
             original_price: Some(yuan(form.field("original_price"), "original price")?),
             sale_price: Some(yuan(form.field("sale_price"), "sale price")?),
             per_user_limit: Some(PerUserLimit::parse(number(
@@ -373,6 +383,20 @@ pub(crate) async fn add_stock(
     }
     .await;
     after_change(&state, &form, id, outcome).await
+}
+
+/// The form's text for a field, parsed, or `None` when it is the text stored: the edit form
+/// sends every field, and text stored before a stricter check keeps working until the operator
+/// changes it.
+fn edited<T>(
+    raw: &str,
+    stored: Option<&str>,
+    parse: impl FnOnce(&str) -> Result<T, Refusal>,
+) -> Result<Option<T>, Refusal> {
+    if stored.is_some_and(|stored| stored == raw.trim()) {
+        return Ok(None);
+    }
+    parse(raw).map(Some)
 }
 
 /// The product's page again after a control.
