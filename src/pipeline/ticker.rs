@@ -60,7 +60,7 @@ pub fn spawn(
                 Err(e) => tracing::warn!(error = %e, "refunds due wait for the next step"),
             }
             led += 1;
-            if led % STEPS_PER_CLEAN_UP == 0
+            if led.is_multiple_of(STEPS_PER_CLEAN_UP)
                 && let Err(e) = sale.forget_expired_pay_answers().await
             {
                 tracing::warn!(error = %e, "expired pay answers wait for the next clean-up");
