@@ -18,6 +18,7 @@ use axum::http::HeaderName;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::SocketAddr;
+use subtle::ConstantTimeEq;
 
 pub use crate::store::DatabaseUrl;
 pub use deployment::{ClusterUrls, Deployment};
@@ -448,8 +449,7 @@ impl Secret {
 
     /// Compares with a presented value without leaking where they differ through timing.
     pub fn matches(&self, presented: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), presented.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        self.0.as_bytes().ct_eq(presented.as_bytes()).into()
     }
 }
 

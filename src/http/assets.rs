@@ -5,7 +5,6 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rust_embed::RustEmbed;
-use sha2::{Digest, Sha256};
 
 #[derive(RustEmbed)]
 #[folder = "static/"]
@@ -29,25 +28,27 @@ pub async fn serve(
     };
     cached(
         &request,
-        file.data.into_owned(),
+        file.data,
+        &file.metadata.sha256_hash(),
         mime,
         "public, max-age=3600",
     )
 }
 
-/// A response with a content ETag; `304 Not Modified` when the client already has it.
+/// A response with an ETag made of the body's SHA-256 `digest`; `304 Not Modified` when the
+/// client already has it.
 pub fn cached(
     request: &HeaderMap,
-    body: Vec<u8>,
+    body: impl Into<Body>,
+    digest: &[u8; 32],
     content_type: &'static str,
     cache_control: &'static str,
 ) -> Response {
-    let digest = Sha256::digest(&body);
     let etag = format!("\"{}\"", hex(&digest[..12]));
     let mut response = if not_modified(request, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        let mut r = Response::new(Body::from(body));
+        let mut r = Response::new(body.into());
         r.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         r

@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use i18n::{LANG_COOKIE, Lang};
 use next::local_path;
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use views::{EventTab, LoginPage, OrderRow, OrdersPage, Page, ProductCard, SalePage};
 
@@ -30,9 +31,11 @@ pub(super) fn render(request: &HeaderMap, page: &impl Page) -> Result<Response, 
     let html = page
         .render_in(Lang::of(request).strings())
         .map_err(anyhow::Error::from)?;
+    let digest = Sha256::digest(&html).into();
     let mut response = cached(
         request,
-        html.into_bytes(),
+        html,
+        &digest,
         "text/html; charset=utf-8",
         "private, no-cache",
     );
