@@ -18,18 +18,44 @@ use futures_util::stream;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::MissedTickBehavior;
 
-/// The most dashboard streams one process serves at once: each holds a connection and sends
+/// The most dashboard streams one server serves at once: each holds a connection and sends
 /// an event a second, so a few operators' tabs are welcome and a flood is not.
 pub const MAX_STREAMS: usize = 64;
 
 /// How often the stream sends a snapshot.
 const PERIOD: Duration = Duration::from_secs(1);
 
-/// The open dashboard streams of this process.
-static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
+/// The open dashboard streams of one server, at most [`MAX_STREAMS`]. One per server, not per
+/// process, so that servers sharing a process (the tests') do not share it.
+#[derive(Clone)]
+pub struct Streams(Arc<Semaphore>);
+
+impl Default for Streams {
+    fn default() -> Self {
+        Self::new(MAX_STREAMS)
+    }
+}
+
+impl Streams {
+    fn new(places: usize) -> Self {
+        Self(Arc::new(Semaphore::new(places)))
+    }
+
+    /// A place among the open streams, or 503 when all are taken. The place is given back
+    /// when the permit drops, that is when the client goes and the stream with it.
+    fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.0.clone().try_acquire_owned().map_err(|_| {
+            ApiError::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams",
+                "too many dashboards are open on this server: close one and reload",
+            )
+        })
+    }
+}
 
 /// `GET /admin/dashboard`: the current snapshot, drawn by the server so the page reads without
 /// its script, then kept current by it.
@@ -63,18 +89,6 @@ pub(crate) async fn dashboard_page(
     )
 }
 
-/// A place among the open streams, or 503 when all [`MAX_STREAMS`] are taken. The place is
-/// given back when the permit drops, that is when the client goes and the stream with it.
-fn admit(slots: &'static Semaphore) -> Result<SemaphorePermit<'static>, ApiError> {
-    slots.try_acquire().map_err(|_| {
-        ApiError::client(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_streams",
-            "too many dashboards are open on this server: close one and reload",
-        )
-    })
-}
-
 /// `GET /admin/dashboard/stream`: an [`Overview`] as JSON in a `snapshot` event every second,
 /// the first at once. A reading that fails is sent as an `unavailable` event, and the next
 /// second tries again.
@@ -82,7 +96,7 @@ pub(crate) async fn dashboard_stream(
     State(state): State<AppState>,
     _session: AdminSession,
 ) -> Result<Response, ApiError> {
-    let permit = admit(&STREAMS)?;
+    let permit = state.streams.admit()?;
     let mut ticks = tokio::time::interval(PERIOD);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let events = stream::unfold(
@@ -113,15 +127,14 @@ pub(crate) async fn dashboard_stream(
 mod tests {
     use super::*;
 
-    static SLOTS: Semaphore = Semaphore::const_new(2);
-
     #[test]
     fn streams_beyond_the_cap_are_refused_until_one_ends() {
-        let first = admit(&SLOTS).expect("a free place");
-        let _second = admit(&SLOTS).expect("a free place");
-        let refused = admit(&SLOTS).map(drop).unwrap_err().into_response();
+        let streams = Streams::new(2);
+        let first = streams.admit().expect("a free place");
+        let _second = streams.admit().expect("a free place");
+        let refused = streams.admit().map(drop).unwrap_err().into_response();
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(first);
-        assert!(admit(&SLOTS).is_ok());
+        assert!(streams.admit().is_ok());
     }
 }
