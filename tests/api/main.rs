@@ -37,4 +37,5 @@ mod sessions;
 mod shared_gate;
 mod sign_out;
 mod store;
+mod stream_sessions;
 mod support;
