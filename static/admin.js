@@ -142,5 +142,9 @@
   source.addEventListener('unavailable', () => {
     status.textContent = 'The sale could not be read; trying again.';
   });
+  source.addEventListener('ended', () => {
+    source.close(); // reconnecting would only meet the sign-in form
+    status.textContent = 'The session ended: sign in again to see the dashboard live.';
+  });
   source.addEventListener('error', () => { status.textContent = 'Reconnecting…'; });
 }());

@@ -317,6 +317,7 @@ impl App {
                 signer: GuardSigner::new(secret.expose().as_bytes()),
                 settings: config.guard.clone(),
             }),
+            streams: Default::default(),
             secure_cookies: config.secure_cookies,
             site: crate::http::origin::Site::new(config.public_url.as_deref()),
             demo: config.demo,

@@ -8,12 +8,16 @@
 //! Disabling an account ends all of its sessions the same way, as one cut-off per account:
 //! its tokens issued at or before the cut-off are refused, until the last of them would have
 //! expired. Re-enabling the account does not lift it: the owner signs in again.
+//!
+//! What a session holds open past its request (the console's dashboard stream) watches
+//! [`RevokedSessions::news`] and ends as soon as this process learns that its session ended.
 
 use crate::domain::{Millis, UserId};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::watch;
 
 /// A session's id: 128 random bits, carried in its token and written as 32 hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,6 +61,10 @@ pub struct RevokedSessions {
     cutoffs: RwLock<HashMap<UserId, Cutoff>>,
     /// Whether any cut-off is held, as `any` is for `ended`.
     any_cutoff: AtomicBool,
+    /// Marked changed whenever a session is newly ended or a cut-off newly refuses more: a
+    /// response held open for a session learns at once that it must end, rather than asking
+    /// on a timer. Only news is sent: the sync re-reads known entries every second.
+    news: watch::Sender<()>,
 }
 
 impl RevokedSessions {
@@ -81,18 +89,32 @@ impl RevokedSessions {
     pub fn cut_off(&self, user: UserId, at: Millis, expires_at: Millis) {
         let mut cutoffs = self.cutoffs.write().unwrap_or_else(|e| e.into_inner());
         let new = Cutoff { at, expires_at };
-        cutoffs
-            .entry(user)
-            .and_modify(|held| *held = held.later(new))
-            .or_insert(new);
+        let held = cutoffs.get(&user).copied();
+        let kept = held.map_or(new, |held| held.later(new));
+        cutoffs.insert(user, kept);
         self.any_cutoff.store(true, Ordering::Release);
+        drop(cutoffs);
+        if held != Some(kept) {
+            self.news.send_replace(());
+        }
     }
 
     /// Notes an ended session, valid until `expires_at` otherwise.
     pub fn insert(&self, id: SessionId, expires_at: Millis) {
         let mut ended = self.ended.write().unwrap_or_else(|e| e.into_inner());
-        ended.insert(id, expires_at);
+        let known = ended.insert(id, expires_at).is_some();
         self.any.store(true, Ordering::Release);
+        drop(ended);
+        if !known {
+            self.news.send_replace(());
+        }
+    }
+
+    /// A receiver marked changed whenever a session is newly ended or an account newly cut
+    /// off, for whoever holds something open for a session: it then checks whether its own
+    /// session is still on.
+    pub fn news(&self) -> watch::Receiver<()> {
+        self.news.subscribe()
     }
 
     /// Forgets the sessions and cut-offs whose tokens have expired by `now`: they prove
@@ -206,6 +228,29 @@ mod tests {
             revoked.refuses(session, bob, 8_000),
             "an ended session is refused too"
         );
+    }
+
+    #[test]
+    fn news_tells_of_newly_ended_sessions_and_wider_cut_offs_only() {
+        let revoked = RevokedSessions::default();
+        let mut news = revoked.news();
+        let mut told = || {
+            let changed = news.has_changed().unwrap();
+            news.borrow_and_update();
+            changed
+        };
+        assert!(!told());
+        let session = SessionId::random();
+        revoked.insert(session, 2_000);
+        assert!(told());
+        revoked.insert(session, 2_000);
+        assert!(!told(), "read again by the sync");
+        revoked.cut_off(UserId(1), 1_000, 5_000);
+        assert!(told());
+        revoked.cut_off(UserId(1), 500, 4_500);
+        assert!(!told(), "refuses nothing more");
+        revoked.cut_off(UserId(1), 2_000, 6_000);
+        assert!(told());
     }
 
     mod properties {

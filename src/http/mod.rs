@@ -46,6 +46,8 @@ pub struct AppState {
     pub limits: Arc<RateLimits>,
     /// Guarded sales' buy tokens and puzzles.
     pub guard: Arc<api::guard::Guards>,
+    /// The console's open dashboard streams, capped per server.
+    pub streams: admin::dashboard::Streams,
     /// Whether the session cookie is marked `Secure`.
     pub secure_cookies: bool,
     /// The header a trusted reverse proxy puts the client address in, if any.

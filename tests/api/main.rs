@@ -38,4 +38,5 @@ mod sessions;
 mod shared_gate;
 mod sign_out;
 mod store;
+mod stream_sessions;
 mod support;

@@ -3,7 +3,9 @@
 //! buys of every server by outcome; the queues' depths. `static/admin.js` keeps the page current
 //! from a stream of server-sent events, one a second. Every stream sends the process's one
 //! reading of the second ([`SaleService::overview`](crate::sale::SaleService::overview)), so
-//! open dashboards add no reads.
+//! open dashboards add no reads. A stream lasts as long as its session: it ends when this
+//! server learns that the session was ended (at once where the operator signed out, within the
+//! revocation sync's second elsewhere), or at the first second after it expired.
 
 use super::{AdminSession, page};
 use crate::error::ApiError;
@@ -18,18 +20,44 @@ use futures_util::stream;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio::time::MissedTickBehavior;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::{Interval, MissedTickBehavior};
 
-/// The most dashboard streams one process serves at once: each holds a connection and sends
+/// The most dashboard streams one server serves at once: each holds a connection and sends
 /// an event a second, so a few operators' tabs are welcome and a flood is not.
 pub const MAX_STREAMS: usize = 64;
 
-/// How often the stream sends a snapshot.
+/// How often the stream sends a snapshot, and at the latest sees that its session expired.
 const PERIOD: Duration = Duration::from_secs(1);
 
-/// The open dashboard streams of this process.
-static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
+/// The open dashboard streams of one server, at most [`MAX_STREAMS`]. One per server, not per
+/// process, so that servers sharing a process (the tests') do not share it.
+#[derive(Clone)]
+pub struct Streams(Arc<Semaphore>);
+
+impl Default for Streams {
+    fn default() -> Self {
+        Self::new(MAX_STREAMS)
+    }
+}
+
+impl Streams {
+    fn new(places: usize) -> Self {
+        Self(Arc::new(Semaphore::new(places)))
+    }
+
+    /// A place among the open streams, or 503 when all are taken. The place is given back
+    /// when the permit drops: when the stream ends, with its session or its client.
+    fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.0.clone().try_acquire_owned().map_err(|_| {
+            ApiError::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams",
+                "too many dashboards are open on this server: close one and reload",
+            )
+        })
+    }
+}
 
 /// `GET /admin/dashboard`: the current snapshot, drawn by the server so the page reads without
 /// its script, then kept current by it.
@@ -63,65 +91,102 @@ pub(crate) async fn dashboard_page(
     )
 }
 
-/// A place among the open streams, or 503 when all [`MAX_STREAMS`] are taken. The place is
-/// given back when the permit drops, that is when the client goes and the stream with it.
-fn admit(slots: &'static Semaphore) -> Result<SemaphorePermit<'static>, ApiError> {
-    slots.try_acquire().map_err(|_| {
-        ApiError::client(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_streams",
-            "too many dashboards are open on this server: close one and reload",
-        )
-    })
-}
-
 /// `GET /admin/dashboard/stream`: an [`Overview`] as JSON in a `snapshot` event every second,
 /// the first at once. A reading that fails is sent as an `unavailable` event, and the next
-/// second tries again.
+/// second tries again. When the session ends (signed out on any server, or expired), an `ended`
+/// event is the last.
 pub(crate) async fn dashboard_stream(
     State(state): State<AppState>,
-    _session: AdminSession,
+    session: AdminSession,
 ) -> Result<Response, ApiError> {
-    let permit = admit(&STREAMS)?;
+    let place = state.streams.admit()?;
     let mut ticks = tokio::time::interval(PERIOD);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let events = stream::unfold(
-        (state, ticks, permit),
-        |(state, mut ticks, permit)| async move {
-            ticks.tick().await;
-            let event = match state.sale.overview().await {
-                Ok(snapshot) => Event::default()
-                    .event("snapshot")
-                    .json_data(&*snapshot)
-                    .unwrap_or_else(|_| Event::default().comment("unreadable")),
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the dashboard");
-                    Event::default()
-                        .event("unavailable")
-                        .data("the sale could not be read")
-                }
-            };
-            Some((Ok::<_, Infallible>(event), (state, ticks, permit)))
-        },
-    );
+    let feed = Feed {
+        news: state.auth.revoked.news(),
+        state,
+        session,
+        ticks,
+        _place: place,
+    };
+    let events = stream::unfold(Some(feed), |feed| async move {
+        let mut feed = feed?;
+        if feed.next_second().await {
+            let event = feed.snapshot().await;
+            Some((Ok::<_, Infallible>(event), Some(feed)))
+        } else {
+            let ended = Event::default()
+                .event("ended")
+                .data("the session ended: sign in again");
+            Some((Ok(ended), None))
+        }
+    });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// One open stream: what it reads each second, and the session it lives as long as.
+struct Feed {
+    /// Where the snapshot is read, and the ended sessions.
+    state: AppState,
+    /// The session that opened the stream, asked each time whether it is still on.
+    session: AdminSession,
+    /// A second apart: a snapshot each, and the session's expiry seen at the latest then.
+    ticks: Interval,
+    /// Marked when this process learns of an ended session, so that a sign-out ends the
+    /// stream then rather than at its next second.
+    news: watch::Receiver<()>,
+    /// Its place among the server's open streams, given back when the feed drops.
+    _place: OwnedSemaphorePermit,
+}
+
+impl Feed {
+    /// Waits for the next second; `false` as soon as the session is over instead. Its cost:
+    /// a clock reading and, only while some session is ended, a lookup in the ended set, once
+    /// a second and once for each session ended meanwhile.
+    async fn next_second(&mut self) -> bool {
+        loop {
+            tokio::select! {
+                _ = self.ticks.tick() => return self.session.is_on(&self.state),
+                told = self.news.changed() => {
+                    if told.is_err() || !self.session.is_on(&self.state) {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The process's reading of this second as an event.
+    async fn snapshot(&self) -> Event {
+        match self.state.sale.overview().await {
+            Ok(snapshot) => Event::default()
+                .event("snapshot")
+                .json_data(&*snapshot)
+                .unwrap_or_else(|_| Event::default().comment("unreadable")),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the dashboard");
+                Event::default()
+                    .event("unavailable")
+                    .data("the sale could not be read")
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    static SLOTS: Semaphore = Semaphore::const_new(2);
-
     #[test]
     fn streams_beyond_the_cap_are_refused_until_one_ends() {
-        let first = admit(&SLOTS).expect("a free place");
-        let _second = admit(&SLOTS).expect("a free place");
-        let refused = admit(&SLOTS).map(drop).unwrap_err().into_response();
+        let streams = Streams::new(2);
+        let first = streams.admit().expect("a free place");
+        let _second = streams.admit().expect("a free place");
+        let refused = streams.admit().map(drop).unwrap_err().into_response();
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(first);
-        assert!(admit(&SLOTS).is_ok());
+        assert!(streams.admit().is_ok());
     }
 }

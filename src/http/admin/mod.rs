@@ -6,8 +6,9 @@
 //! Signing in with the admin token sets a session cookie (`HttpOnly`, `SameSite=Strict`,
 //! `Path=/admin`) holding a random session id and its expiry, signed with an HMAC keyed by the
 //! admin token, so rotating the token ends every session; signing out ends one, on every server
-//! (`auth::revocation`). Every form carries a CSRF token, the HMAC of the session id, and every
-//! POST is refused with 403 without the right one.
+//! (`auth::revocation`), and the dashboard streams it holds open with it. Every form carries a
+//! CSRF token, the HMAC of the session id, and every POST is refused with 403 without the
+//! right one.
 
 pub mod audit;
 pub mod catalog;
@@ -114,8 +115,13 @@ impl AdminSession {
         let (id, expires_at) = std::str::from_utf8(&payload).ok()?.split_once(':')?;
         let id = SessionId::parse(id)?;
         let expires_at: Millis = expires_at.parse().ok()?;
-        (state.sale.now() < expires_at && !state.auth.revoked.contains(id))
-            .then(|| Self::new(state, id, expires_at))
+        is_on(state, id, expires_at).then(|| Self::new(state, id, expires_at))
+    }
+
+    /// Whether the session is still on: not expired and not ended. What it holds open asks
+    /// again while it lasts (no I/O: a clock reading and, once a session was ended, a lookup).
+    fn is_on(&self, state: &AppState) -> bool {
+        is_on(state, self.id, self.expires_at)
     }
 
     /// Ends this session on every server (see [`revoke`]).
@@ -134,6 +140,11 @@ impl AdminSession {
             "the form's CSRF token is missing or wrong: reload the page and try again",
         ))
     }
+}
+
+/// Whether the session `id`, expiring at `expires_at`, is neither expired nor ended.
+fn is_on(state: &AppState, id: SessionId, expires_at: Millis) -> bool {
+    state.sale.now() < expires_at && !state.auth.revoked.contains(id)
 }
 
 /// The `Set-Cookie` value of the console's session cookie.
