@@ -404,8 +404,8 @@ impl From<crate::sale::OrderError> for ApiError {
                 "payments_not_configured",
                 "this server takes no payments: no payment provider is configured",
             ),
+            // Logged by the payment routes, within their budget of lines.
             OrderError::Untrusted(e) => {
-                tracing::warn!(error = %e, "refused a payment word that is not the provider's");
                 Self::client(StatusCode::BAD_REQUEST, "untrusted_payment", e.to_string())
             }
             OrderError::Mismatch(field) => {

@@ -1,4 +1,6 @@
-//! Secrets kept out of messages and logs.
+//! Secrets kept out of messages and logs, and what a client sent kept from forging log lines.
+
+use std::fmt;
 
 /// The URL as it may appear in messages and logs: without user names, passwords and query
 /// options (`?pass=` exists), also inside a list of URLs and in malformed input.
@@ -35,9 +37,65 @@ pub fn url(url: &str) -> String {
     shown
 }
 
+/// A writer that escapes, on the way to the one it wraps, every character that breaks or
+/// disguises a log line: control characters (`\n` and `\r` among them, the terminal's escape,
+/// the C1 controls), the line and paragraph separators, and the bidirectional overrides that
+/// show text in another order than it is written. Each becomes an escape (`\n`, `\u{1b}`);
+/// everything else, a backslash included, passes as it is.
+pub struct Escaping<W>(pub W);
+
+impl<W: fmt::Write> fmt::Write for Escaping<W> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        let mut rest = text;
+        while let Some(at) = rest.find(breaks_lines) {
+            let (plain, tail) = rest.split_at(at);
+            self.0.write_str(plain)?;
+            let mut chars = tail.chars();
+            if let Some(c) = chars.next() {
+                match c {
+                    '\n' | '\r' | '\t' => write!(self.0, "{}", c.escape_default())?,
+                    _ => write!(self.0, "\\u{{{:x}}}", u32::from(c))?,
+                }
+            }
+            rest = chars.as_str();
+        }
+        self.0.write_str(rest)
+    }
+}
+
+/// Whether `c` may break or disguise a log line when written as it is.
+fn breaks_lines(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::fmt::Write as _;
+
+    #[test]
+    fn escaped_text_stays_on_its_line() {
+        let shown = |text: &str| {
+            let mut shown = String::new();
+            Escaping(&mut shown).write_str(text).unwrap();
+            shown
+        };
+        assert_eq!(
+            shown("x\n2026-11-27T09:00:00Z ERROR forged"),
+            "x\\n2026-11-27T09:00:00Z ERROR forged"
+        );
+        assert_eq!(shown("a\rb\tc"), "a\\rb\\tc");
+        assert_eq!(shown("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(shown("\u{85}\u{2028}\u{2029}"), "\\u{85}\\u{2028}\\u{2029}");
+        assert_eq!(shown("\u{202e}txt.exe"), "\\u{202e}txt.exe");
+        assert_eq!(
+            shown("plain, 秒杀 and \\n as written"),
+            "plain, 秒杀 and \\n as written"
+        );
+        assert_eq!(shown("\0\u{7f}\u{9f}"), "\\u{0}\\u{7f}\\u{9f}");
+    }
 
     #[test]
     fn messages_never_show_credentials() {

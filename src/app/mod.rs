@@ -388,12 +388,15 @@ fn spawn_share_buys(sale: Arc<SaleService>) -> JoinHandle<()> {
     })
 }
 
+/// Every minute: lets go of idle throttle keys, and reports the failed payment callbacks whose
+/// log lines were left out.
 fn spawn_forget_idle(limits: Arc<RateLimits>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(Duration::from_secs(60));
         loop {
             interval.tick().await;
             limits.forget_idle();
+            limits.report_left_out_lines();
         }
     })
 }

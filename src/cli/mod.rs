@@ -9,12 +9,16 @@ mod serve;
 mod worker;
 
 use crate::config::{Config, FILE_VARIABLE, LogFormat};
+use crate::redact::Escaping;
 use clap::{Parser, Subcommand};
+use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tracing::Subscriber;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::{DefaultFields, FormatFields, Writer};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// seckill: a flash-sale system that sells exactly the stock.
@@ -109,8 +113,9 @@ fn init_tracing(format: LogFormat) {
     log_subscriber(format, ansi, filter, std::io::stderr).init();
 }
 
-/// The subscriber that writes the log lines `filter` lets through in `format` to `writer`.
-fn log_subscriber<W>(
+/// The subscriber that writes the log lines `filter` lets through in `format` to `writer`. In
+/// text, every field (the message too) is escaped ([`EscapedFields`]); JSON escapes its own.
+pub fn log_subscriber<W>(
     format: LogFormat,
     ansi: bool,
     filter: EnvFilter,
@@ -123,8 +128,20 @@ where
         .with_env_filter(filter)
         .with_writer(writer);
     match format {
-        LogFormat::Text => Box::new(lines.with_ansi(ansi).finish()),
+        LogFormat::Text => Box::new(lines.with_ansi(ansi).fmt_fields(EscapedFields).finish()),
         LogFormat::Json => Box::new(lines.json().finish()),
+    }
+}
+
+/// The fields of a text log line as tracing writes them, through [`Escaping`]: a value that
+/// carries what a client sent (a parameter's name, a header) cannot end its line and start a
+/// forged one.
+struct EscapedFields;
+
+impl<'w> FormatFields<'w> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut escaping = Escaping(&mut writer);
+        DefaultFields::new().format_fields(Writer::new(&mut escaping), fields)
     }
 }
 
@@ -204,5 +221,28 @@ mod tests {
         assert_eq!(objects[0]["level"], "WARN");
         assert_eq!(objects[0]["fields"]["message"], "order cancelled");
         assert_eq!(objects[0]["fields"]["order"], 42);
+    }
+
+    #[test]
+    fn text_logs_escape_what_could_start_a_forged_line() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let filter = EnvFilter::new("info");
+        let subscriber = log_subscriber(LogFormat::Text, false, filter, move || writer.clone());
+        let forged = "x\n2026-11-27T09:00:00Z ERROR forged\r\u{1b}[2K";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("request", path = %forged);
+            let _entered = span.enter();
+            tracing::warn!(error = %forged, name = forged, "refused {forged}");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains(['\r', '\u{1b}']), "{text}");
+        assert_eq!(
+            text.matches("x\\n2026-11-27T09:00:00Z ERROR forged")
+                .count(),
+            4,
+            "{text}"
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod assets;
 pub mod client_ip;
 pub mod extract;
 pub mod images;
+pub mod log_budget;
 pub mod metrics;
 pub mod openapi;
 pub mod origin;

@@ -8,6 +8,7 @@ use crate::domain::{Product, UserId, Username};
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
+use crate::http::log_budget::LogBudget;
 use crate::limits::{Hit, Id, Key, Limiter, Quota};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -15,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Sign-in attempts one account may make in a row: a person mistyping a password a few times
 /// is never throttled.
@@ -26,6 +27,13 @@ const ACCOUNT_BURST: u32 = 5;
 const ACCOUNT_PERIOD: Duration = Duration::from_secs(12);
 
 const HOUR: Duration = Duration::from_secs(3600);
+
+/// Payment callbacks that fail verification one address may send in a row before it is refused;
+/// then one more a second. Only failures count: the provider's own words never do.
+const CALLBACK_BURST: u32 = 20;
+
+/// Log lines of failed payment callbacks a second, from all addresses together.
+const CALLBACK_LINES_PER_SEC: u32 = 10;
 
 /// One limit: whose requests it counts (its scope, also its `limit` label), how many, and the
 /// refusal's code and message (`rate_limited` unless said otherwise).
@@ -95,6 +103,11 @@ pub struct RateLimits {
     registration_ip: Limit,
     /// Registrations from everywhere.
     registrations: Limit,
+    /// Payment callbacks per address that failed verification.
+    callback: Limit,
+    /// The log lines of failed payment callbacks, so a flood from many addresses writes only
+    /// a few lines a second.
+    callback_lines: LogBudget,
 }
 
 impl RateLimits {
@@ -141,6 +154,8 @@ impl RateLimits {
                 "too many accounts are being registered: try again after the Retry-After \
                  seconds",
             ),
+            callback: Limit::new("callback", Quota::per_sec(1, CALLBACK_BURST)),
+            callback_lines: LogBudget::new(CALLBACK_LINES_PER_SEC),
         }
     }
 
@@ -216,6 +231,33 @@ impl RateLimits {
     /// One read, pay or cancel of this user's orders.
     pub async fn check_orders(&self, user: UserId) -> Result<(), ApiError> {
         self.check([(&self.orders, self.orders.hit(user.0))]).await
+    }
+
+    /// One payment callback from this address that failed verification, counted after the
+    /// verification and in this process only (a forged callback costs the other servers
+    /// nothing). A verified callback is never counted, so a notification that pays an order is
+    /// never refused for rate, whoever shares its address.
+    pub async fn check_unverified_callback(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.check_here([(&self.callback, self.callback.hit(ip))])
+            .await
+    }
+
+    /// Whether a failed callback's log line may be written now: `Some` with the number of
+    /// such lines left out since the last one written, `None` when it is left out (counted).
+    pub fn callback_line(&self) -> Option<u64> {
+        self.callback_lines.line(Instant::now())
+    }
+
+    /// Logs how many failed callbacks' lines were left out since the last one written, if
+    /// any: the end of a flood is reported even when no failed callback follows it.
+    pub fn report_left_out_lines(&self) {
+        let left_out = self.callback_lines.take_left_out();
+        if left_out > 0 {
+            tracing::warn!(
+                left_out,
+                "payment callbacks that failed verification went unlogged"
+            );
+        }
     }
 
     /// Forgets keys idle long enough to be full again (this process's buckets).

@@ -49,6 +49,15 @@ pub enum OrderError {
     KeyReused,
 }
 
+impl OrderError {
+    /// Whether this refuses a word nobody verified as the provider's: forged or altered, or
+    /// sent to a server with no provider to verify it. Any client can send those at will;
+    /// every other error is about a verified word, or on our side.
+    pub fn is_unverified(&self) -> bool {
+        matches!(self, Self::Untrusted(_) | Self::NotConfigured)
+    }
+}
+
 /// A paid trade whose order was still on its way to the database when the provider's word
 /// came: it waits, already verified, and is applied once the order is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

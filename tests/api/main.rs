@@ -8,6 +8,7 @@ mod backpressure;
 mod bad_input;
 mod bench;
 mod buying;
+mod callback_floods;
 mod config_file;
 mod connections;
 mod deadlines;
