@@ -242,6 +242,12 @@ impl Queue {
             lane.waiting.retain(|tell| !tell.is_closed());
             lane.held() > 0
         });
+        self.line_up();
+    }
+
+    /// Keeps in line the addresses that still have a request waiting: an address is in line
+    /// once, and only while it has one.
+    fn line_up(&mut self) {
         let by_address = &self.by_address;
         self.order.retain(|address| {
             by_address
@@ -260,11 +266,13 @@ impl Queue {
             .iter_mut()
             .filter(|(address, lane)| **address != holder && !lane.waiting.is_empty())
             .max_by_key(|(_, lane)| lane.held());
-        match most {
-            // Dropping its sender tells the waiting request it is refused.
-            Some((_, lane)) if lane.held() > after => lane.waiting.pop_back().is_some(),
-            _ => false,
-        }
+        let Some((_, lane)) = most.filter(|(_, lane)| lane.held() > after) else {
+            return false;
+        };
+        // Dropping its sender tells the waiting request it is refused.
+        lane.waiting.pop_back();
+        self.line_up();
+        true
     }
 
     /// Takes a turn back from `holder`.
