@@ -69,7 +69,7 @@ pub async fn seed(store: &Arc<dyn Store>, now: Millis) -> anyhow::Result<()> {
     for (name, password) in DEMO_USERS {
         let username = Username::parse(name)?;
         if store.user_by_name(name).await?.is_none() {
-            let turn = hasher.turn().await?;
+            let turn = hasher.turn(std::net::Ipv4Addr::LOCALHOST.into()).await?;
             let hash = turn.hash(crate::domain::Password::parse(password)?).await?;
             store.create_user(&username, &hash, now).await?;
         }

@@ -1,10 +1,19 @@
-//! Argon2id password hashes, run through a [`Hasher`] that bounds how many run at once.
+//! Argon2id password hashes, run through a [`Hasher`] that bounds how many run at once and
+//! shares them fairly between client addresses.
 //!
 //! One hash holds 19 MiB (argon2's default memory cost) and a whole core, by design. So hashes
 //! run on threads of their own, never on the workers that answer buys and `/healthz`; at most
 //! one per core runs at a time; a few more requests may wait a moment for their turn, and
 //! anything beyond that is refused at once with [`Busy`]. A flood of sign-ins then costs a
 //! fixed amount of memory and CPU instead of an amount that grows with the flood.
+//!
+//! The places (turns and the queue) are shared between addresses (an IPv6 address counts as its
+//! /64, as the throttles count it). A turn that comes free goes to the next address in line
+//! that has a request waiting, round-robin. One address alone may take every place; when they
+//! are all taken, a request from an address holding fewer takes the place of the newest waiting
+//! request of the address holding the most, which is refused. So each address keeps at least
+//! its share of the places, and one address sending many sign-ins at once waits behind itself,
+//! while a sign-in from another address waits for about one hash per address ahead of it.
 //!
 //! Each hashing thread keeps its argon2 working memory and reuses it for every hash it runs
 //! (`hash_password_into_with_memory`), so the hashes' memory is taken once per thread instead
@@ -17,13 +26,15 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{Output, PasswordHash, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
 use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::oneshot;
 
 /// Requests that may wait for a turn, per turn: enough to smooth a burst of sign-ins, few
 /// enough that the last in line is served within a handful of hashes.
@@ -34,18 +45,44 @@ const QUEUE_PER_TURN: usize = 4;
 const MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// The gate every password hash goes through: a fixed number of turns (hashes running at
-/// once) and a short queue in front of them.
+/// once) and a short queue in front of them, shared fairly between addresses.
 pub struct Hasher {
-    /// One permit per hash that may run at once.
-    turns: Arc<Semaphore>,
-    /// One permit per request that holds or waits for a turn; none left means [`Busy`].
-    places: Arc<Semaphore>,
-    /// The number of turns, for [`Hasher::turns`].
-    turn_count: usize,
+    /// Who holds the turns and who waits for them.
+    lanes: Arc<Lanes>,
     max_wait: Duration,
     running: Arc<Gauge>,
     /// Hands a hash to the hashing threads.
     jobs: SyncSender<Job>,
+}
+
+/// The turns and the requests waiting for them, by address.
+struct Lanes {
+    /// The number of turns, for [`Hasher::turns`].
+    turns: usize,
+    /// Most requests holding or waiting for a turn, all addresses together: what bounds the
+    /// queue's length, its wait and the addresses tracked.
+    places: usize,
+    queue: Mutex<Queue>,
+}
+
+/// The state behind [`Lanes`]'s lock.
+#[derive(Default)]
+struct Queue {
+    /// Turns nobody holds; only ever above zero while nobody waits.
+    free: usize,
+    /// The addresses holding or waiting for a turn, none other: at most `places` of them.
+    by_address: HashMap<IpAddr, Lane>,
+    /// The addresses with a request waiting, each once, in the order they are served.
+    order: VecDeque<IpAddr>,
+}
+
+/// One address's requests at the hasher.
+#[derive(Default)]
+struct Lane {
+    /// Turns it holds.
+    running: usize,
+    /// Its requests waiting, first come first served, each told its turn through its sender.
+    waiting: VecDeque<oneshot::Sender<Turn>>,
 }
 
 /// A hash to run, with what it reports back.
@@ -75,17 +112,19 @@ impl Drop for Counted<'_> {
     }
 }
 
-/// Refused: every turn is taken and the queue is full, or the wait for a turn ran out. Nothing
-/// was checked or changed; the client may try again in a moment.
+/// Refused: this address's places or everybody's are taken, or the wait for a turn ran out.
+/// Nothing was checked or changed; the client may try again in a moment.
 #[derive(Debug, thiserror::Error)]
 #[error("too many passwords are being checked right now")]
 pub struct Busy;
 
-/// The right to run one hash. Its permits go back only when the hash has finished, even if the
-/// request that asked for it has gone, so abandoned requests cannot stack up hashes.
+/// The right to run one hash, held by an address. It goes back only when the hash has
+/// finished, even if the request that asked for it has gone, so abandoned requests cannot
+/// stack up hashes; it then goes to the next address in line.
 pub struct Turn {
-    _place: OwnedSemaphorePermit,
-    _turn: OwnedSemaphorePermit,
+    lanes: Arc<Lanes>,
+    /// The address holding it, as the hasher counts it.
+    holder: IpAddr,
     running: Arc<Gauge>,
     jobs: SyncSender<Job>,
 }
@@ -112,38 +151,178 @@ impl Hasher {
                 .context("starting a password hashing thread")?;
         }
         Ok(Self {
-            turns: Arc::new(Semaphore::new(turns)),
-            places: Arc::new(Semaphore::new(turns + queue)),
-            turn_count: turns,
+            lanes: Arc::new(Lanes {
+                turns,
+                places: turns + queue,
+                queue: Mutex::new(Queue {
+                    free: turns,
+                    ..Queue::default()
+                }),
+            }),
             max_wait,
             running: Arc::default(),
             jobs,
         })
     }
 
-    /// Waits for a turn, or refuses at once when the queue is full, or after the wait runs out.
-    pub async fn turn(&self) -> Result<Turn, Busy> {
-        let place = self.places.clone().try_acquire_owned().map_err(|_| Busy)?;
-        let turn = tokio::time::timeout(self.max_wait, self.turns.clone().acquire_owned())
-            .await
-            .map_err(|_| Busy)?
-            .map_err(|_| Busy)?;
-        Ok(Turn {
-            _place: place,
-            _turn: turn,
+    /// Waits for a turn for a request from `from`, or refuses at once when every place is taken
+    /// and no address holds more than this one would, or after the wait runs out.
+    pub async fn turn(&self, from: IpAddr) -> Result<Turn, Busy> {
+        let holder = crate::limits::network(from);
+        let told = {
+            let mut queue = self.lanes.lock();
+            queue.forget_gone();
+            if queue.free > 0 {
+                queue.free -= 1;
+                queue.by_address.entry(holder).or_default().running += 1;
+                return Ok(self.turn_of(holder));
+            }
+            if queue.held() >= self.lanes.places && !queue.make_room_for(holder) {
+                return Err(Busy);
+            }
+            let (tell, told) = oneshot::channel();
+            let lane = queue.by_address.entry(holder).or_default();
+            lane.waiting.push_back(tell);
+            if lane.waiting.len() == 1 {
+                queue.order.push_back(holder);
+            }
+            told
+        };
+        // Given up (out of time, or the request gone), the place is forgotten at the next
+        // count, and a turn handed over meanwhile is dropped here and goes on to the next.
+        match tokio::time::timeout(self.max_wait, told).await {
+            Ok(Ok(turn)) => Ok(turn),
+            _ => Err(Busy),
+        }
+    }
+
+    /// A turn that `holder` now holds.
+    fn turn_of(&self, holder: IpAddr) -> Turn {
+        Turn {
+            lanes: self.lanes.clone(),
+            holder,
             running: self.running.clone(),
             jobs: self.jobs.clone(),
-        })
+        }
     }
 
     /// How many hashes may run at once.
     pub fn turns(&self) -> usize {
-        self.turn_count
+        self.lanes.turns
     }
 
     /// The most hashes that have run at once since start: never above [`Hasher::turns`].
     pub fn peak_running(&self) -> usize {
         self.running.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Lanes {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Lane {
+    /// Places it holds: turns and requests waiting.
+    fn held(&self) -> usize {
+        self.running + self.waiting.len()
+    }
+}
+
+impl Queue {
+    /// Places held by everybody.
+    fn held(&self) -> usize {
+        self.by_address.values().map(Lane::held).sum()
+    }
+
+    /// Forgets the requests that stopped waiting, and the addresses left with nothing.
+    fn forget_gone(&mut self) {
+        self.by_address.retain(|_, lane| {
+            lane.waiting.retain(|tell| !tell.is_closed());
+            lane.held() > 0
+        });
+        self.line_up();
+    }
+
+    /// Keeps in line the addresses that still have a request waiting: an address is in line
+    /// once, and only while it has one.
+    fn line_up(&mut self) {
+        let by_address = &self.by_address;
+        self.order.retain(|address| {
+            by_address
+                .get(address)
+                .is_some_and(|l| !l.waiting.is_empty())
+        });
+    }
+
+    /// Frees a place for `holder` when another address holds more places than `holder` would
+    /// with it: the newest waiting request of the address holding the most is refused. Whether
+    /// there is room now.
+    fn make_room_for(&mut self, holder: IpAddr) -> bool {
+        let after = self.by_address.get(&holder).map_or(0, Lane::held) + 1;
+        let most = self
+            .by_address
+            .iter_mut()
+            .filter(|(address, lane)| **address != holder && !lane.waiting.is_empty())
+            .max_by_key(|(_, lane)| lane.held());
+        let Some((_, lane)) = most.filter(|(_, lane)| lane.held() > after) else {
+            return false;
+        };
+        // Dropping its sender tells the waiting request it is refused.
+        lane.waiting.pop_back();
+        self.line_up();
+        true
+    }
+
+    /// Takes a turn back from `holder`.
+    fn give_back(&mut self, holder: IpAddr) {
+        if let Some(lane) = self.by_address.get_mut(&holder) {
+            lane.running = lane.running.saturating_sub(1);
+            if lane.held() == 0 {
+                self.by_address.remove(&holder);
+            }
+        }
+    }
+
+    /// The next request in line, round-robin between addresses, counted as holding a turn:
+    /// its address and where to tell it. None when nobody waits; the turn is then free.
+    fn next_in_line(&mut self) -> Option<(IpAddr, oneshot::Sender<Turn>)> {
+        while let Some(address) = self.order.pop_front() {
+            let Some(lane) = self.by_address.get_mut(&address) else {
+                continue;
+            };
+            let Some(tell) = lane.waiting.pop_front() else {
+                continue;
+            };
+            lane.running += 1;
+            if !lane.waiting.is_empty() {
+                self.order.push_back(address);
+            }
+            return Some((address, tell));
+        }
+        self.free += 1;
+        None
+    }
+}
+
+impl Drop for Turn {
+    /// Hands the turn to the next request in line. One that stopped waiting drops it again,
+    /// which hands it on once more.
+    fn drop(&mut self) {
+        let next = {
+            let mut queue = self.lanes.lock();
+            queue.give_back(self.holder);
+            queue.next_in_line()
+        };
+        if let Some((holder, tell)) = next {
+            let _ = tell.send(Turn {
+                lanes: self.lanes.clone(),
+                holder,
+                running: self.running.clone(),
+                jobs: self.jobs.clone(),
+            });
+        }
     }
 }
 
@@ -279,10 +458,12 @@ fn dummy_hash() -> &'static str {
 mod tests {
     use super::*;
 
+    const HERE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     #[tokio::test]
     async fn a_hash_verifies_its_password_and_nothing_else() {
         let hasher = Hasher::new(1, 0, MAX_WAIT).unwrap();
-        let turn = || async { hasher.turn().await.unwrap() };
+        let turn = || async { hasher.turn(HERE).await.unwrap() };
         let h = turn()
             .await
             .hash(Password::parse("correct horse").unwrap())
@@ -327,11 +508,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_more_hashes_run_at_once_than_there_are_turns() {
         let hasher = Arc::new(Hasher::new(2, 16, Duration::from_secs(60)).unwrap());
-        let checks: Vec<_> = (0..12)
+        let checks: Vec<_> = (0..12u8)
             .map(|i| {
                 let hasher = hasher.clone();
                 tokio::spawn(async move {
-                    let turn = hasher.turn().await.unwrap();
+                    let from = IpAddr::from([10, 0, 0, i]);
+                    let turn = hasher.turn(from).await.unwrap();
                     turn.verify(format!("guess {i}"), None).await.unwrap()
                 })
             })
@@ -347,25 +529,105 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn beyond_the_queue_a_request_is_refused_at_once_and_a_waiter_after_its_deadline() {
-        let hasher = Arc::new(Hasher::new(1, 1, Duration::from_millis(200)).unwrap());
-        let held = hasher.turn().await.unwrap();
-        let waiter = tokio::spawn({
-            let hasher = hasher.clone();
-            async move { hasher.turn().await.map(drop) }
-        });
-        while hasher.places.available_permits() > 0 {
+    /// Waits until `hasher` counts `waiting` requests waiting.
+    async fn until_waiting(hasher: &Hasher, waiting: usize) {
+        loop {
+            let now: usize = {
+                let queue = hasher.lanes.lock();
+                queue.by_address.values().map(|l| l.waiting.len()).sum()
+            };
+            if now == waiting {
+                return;
+            }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// A request for a turn from `from`, in a task of its own.
+    fn ask(hasher: &Arc<Hasher>, from: &str) -> tokio::task::JoinHandle<Result<Turn, Busy>> {
+        let (hasher, from) = (hasher.clone(), from.parse().unwrap());
+        tokio::spawn(async move { hasher.turn(from).await })
+    }
+
+    #[tokio::test]
+    async fn beyond_the_places_a_request_is_refused_at_once_and_a_waiter_after_its_deadline() {
+        let hasher = Arc::new(Hasher::new(1, 1, Duration::from_millis(200)).unwrap());
+        let held = hasher.turn(HERE).await.unwrap();
+        let waiter = ask(&hasher, "127.0.0.1");
+        until_waiting(&hasher, 1).await;
         let started = std::time::Instant::now();
-        assert!(hasher.turn().await.is_err(), "the queue is full");
+        assert!(hasher.turn(HERE).await.is_err(), "the places are taken");
         assert!(
             started.elapsed() < Duration::from_millis(100),
             "refused at once"
         );
         assert!(waiter.await.unwrap().is_err(), "the wait ran out");
         drop(held);
-        assert!(hasher.turn().await.is_ok(), "turns come back");
+        assert!(hasher.turn(HERE).await.is_ok(), "turns come back");
+    }
+
+    #[tokio::test]
+    async fn a_newcomer_takes_the_place_of_the_newest_waiter_of_the_address_holding_most() {
+        let hasher = Arc::new(Hasher::new(1, 3, Duration::from_secs(60)).unwrap());
+        let held = hasher.turn("10.0.0.1".parse().unwrap()).await.unwrap();
+        let mut flood = Vec::new();
+        for waiting in 1..=3 {
+            flood.push(ask(&hasher, "10.0.0.1"));
+            until_waiting(&hasher, waiting).await;
+        }
+        let mut others = Vec::new();
+        for from in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
+            others.push(ask(&hasher, from));
+            let refused = flood.pop().unwrap();
+            assert!(
+                refused.await.unwrap().is_err(),
+                "the flood's newest is refused"
+            );
+        }
+        assert!(
+            hasher.turn("10.0.0.5".parse().unwrap()).await.is_err(),
+            "nobody holds more than a newcomer would"
+        );
+        drop(held);
+        for other in others {
+            drop(other.await.unwrap().unwrap());
+        }
+    }
+
+    #[tokio::test]
+    async fn turns_go_round_the_addresses_that_wait_and_an_ipv6_network_is_one_address() {
+        let hasher = Arc::new(Hasher::new(1, 5, Duration::from_secs(60)).unwrap());
+        let mut turn = hasher.turn("10.0.0.1".parse().unwrap()).await.unwrap();
+        let mut waiting = vec![("flood", ask(&hasher, "10.0.0.1"))];
+        until_waiting(&hasher, 1).await;
+        for from in ["2001:db8::1", "2001:db8::2"] {
+            waiting.push(("v6", ask(&hasher, from)));
+            until_waiting(&hasher, waiting.len()).await;
+        }
+        for (name, from) in [("b", "10.0.0.2"), ("c", "10.0.0.3")] {
+            waiting.push((name, ask(&hasher, from)));
+            until_waiting(&hasher, waiting.len()).await;
+        }
+        // Every place is taken, and the network holds no fewer than any other address.
+        let refused = hasher.turn("2001:db8::3".parse().unwrap()).await;
+        assert!(refused.is_err(), "an IPv6 /64 counts as one address");
+        let mut served = Vec::new();
+        for _ in 0..6 {
+            drop(turn);
+            let at = loop {
+                if let Some(at) = waiting.iter().position(|(_, t)| t.is_finished()) {
+                    break at;
+                }
+                tokio::task::yield_now().await;
+            };
+            let (name, task) = waiting.remove(at);
+            turn = task.await.unwrap().unwrap();
+            served.push(name);
+            if served.len() == 1 {
+                waiting.push(("flood", ask(&hasher, "10.0.0.1")));
+                until_waiting(&hasher, waiting.len()).await;
+            }
+        }
+        assert_eq!(served, ["flood", "v6", "b", "c", "flood", "v6"]);
     }
 }

@@ -18,13 +18,19 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Sign-in attempts one account may make in a row: a person mistyping a password a few times
-/// is never throttled.
+/// Sign-in attempts at one account from one address in a row, and from everybody before
+/// [`ACCOUNT_PACE`] slows them: a person mistyping a password a few times is never throttled.
 const ACCOUNT_BURST: u32 = 5;
 
-/// After the burst, one more attempt per account this often, so guessing one account's password
-/// from many addresses goes no faster than from one.
+/// After the burst, one more attempt at one account from one address this often, and from
+/// everybody before [`ACCOUNT_PACE`] slows them.
 const ACCOUNT_PERIOD: Duration = Duration::from_secs(12);
+
+/// How long a sign-in waits before its hash while its account has had more attempts, from
+/// every address together, than the burst and the period allow: a guesser of one account
+/// spread over many addresses is slowed, and the owner's right password still goes through,
+/// this much later.
+const ACCOUNT_PACE: Duration = Duration::from_secs(1);
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -97,8 +103,10 @@ pub struct RateLimits {
     orders: Limit,
     /// The operator's routes per address.
     admin: Limit,
-    /// Sign-in attempts per username, known or not.
+    /// Sign-in attempts per username, known or not, and address: refused past it.
     account: Limit,
+    /// Sign-in attempts per username from every address: slowed past it, never refused.
+    account_pace: Limit,
     /// Registrations per address.
     registration_ip: Limit,
     /// Registrations from everywhere.
@@ -133,8 +141,12 @@ impl RateLimits {
             )
             .answering(
                 "too_many_sign_ins",
-                "too many sign-in attempts for this account: try again after the Retry-After \
-                 seconds",
+                "too many sign-in attempts for this account from this address: try again after \
+                 the Retry-After seconds",
+            ),
+            account_pace: Limit::new(
+                "account_pace",
+                Quota::per_window(ACCOUNT_BURST, ACCOUNT_PERIOD * ACCOUNT_BURST),
             ),
             registration_ip: Limit::new(
                 "registration_ip",
@@ -208,13 +220,24 @@ impl RateLimits {
         self.check([(&self.ip, self.ip.hit(ip))]).await
     }
 
-    /// One sign-in attempt at this account. Every attempt counts, not only the failed ones:
-    /// counted before the hash, parallel guesses at one account cannot all slip in before the
-    /// first of them fails. An unknown name is counted the same way, so the answer says nothing
-    /// about which names exist.
-    pub async fn check_sign_in(&self, username: &Username) -> Result<(), ApiError> {
-        let hit = self.account.hit(username.as_str());
+    /// One sign-in attempt at this account from this address (an IPv6 address counts as its
+    /// /64). Every attempt counts, not only the failed ones: counted before the hash, parallel
+    /// guesses cannot all slip in before the first of them fails. An unknown name is counted
+    /// the same way, so the answer says nothing about which names exist. Attempts from other
+    /// addresses never count here, so nobody can lock an owner out of their account.
+    pub async fn check_sign_in(&self, username: &Username, ip: IpAddr) -> Result<(), ApiError> {
+        let hit = self.account.hit((username.as_str(), ip));
         self.check([(&self.account, hit)]).await
+    }
+
+    /// One sign-in attempt at this account from anywhere: past its account's pace, it waits
+    /// [`ACCOUNT_PACE`] and goes on. Known or not, every name is paced alike.
+    pub async fn pace_sign_in(&self, username: &Username) {
+        let hit = self.account_pace.hit(username.as_str());
+        if self.limiter.hit(&[hit]).await.is_err() {
+            metrics::counter!("seckill_sign_ins_paced_total").increment(1);
+            tokio::time::sleep(ACCOUNT_PACE).await;
+        }
     }
 
     /// One registration from this address: its request rate, its accounts this hour, and

@@ -82,6 +82,9 @@ pub enum Id {
     Number(i64),
     Address(IpAddr),
     Name(Box<str>),
+    /// A name as used from one address (see [`network`]): one account's sign-ins from one
+    /// client, so a stranger's count of that account is not its owner's.
+    NameAt(Box<str>, IpAddr),
     /// The ids a process had no room left to count one by one, counted together (see
     /// `local.rs`): a flood of made-up names or addresses shares one quota.
     Overflow,
@@ -93,17 +96,30 @@ impl From<i64> for Id {
     }
 }
 
+/// The client an address counts as: an IPv6 address counts as its /64, the network one host
+/// is given (an address alone would let one host be 2^64 clients); an IPv4 address in IPv6
+/// clothing counts as itself.
+pub fn network(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
+        v4 => v4,
+    }
+}
+
 impl From<IpAddr> for Id {
-    /// An IPv6 address counts as its /64, the network one host is given (an address alone
-    /// would let one host be 2^64 clients); an IPv4 address in IPv6 clothing counts as itself.
+    /// The address's [`network`].
     fn from(address: IpAddr) -> Self {
-        Self::Address(match address {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-            },
-            v4 => v4,
-        })
+        Self::Address(network(address))
+    }
+}
+
+impl From<(&str, IpAddr)> for Id {
+    /// The name from the address's [`network`].
+    fn from((name, address): (&str, IpAddr)) -> Self {
+        Self::NameAt(name.into(), network(address))
     }
 }
 
@@ -125,6 +141,7 @@ impl fmt::Display for Id {
             Self::Number(number) => number.fmt(f),
             Self::Address(address) => address.fmt(f),
             Self::Name(name) => name.fmt(f),
+            Self::NameAt(name, address) => write!(f, "{name}@{address}"),
             Self::Overflow => f.write_str("(others)"),
         }
     }
@@ -193,5 +210,9 @@ mod tests {
         assert_ne!(id("2001:db8:1:2::1"), id("2001:db8:1:3::1"));
         assert_eq!(id("::ffff:192.0.2.7"), id("192.0.2.7"));
         assert_ne!(id("192.0.2.7"), id("192.0.2.8"));
+        let at = |text: &str| Id::from(("bob", text.parse::<IpAddr>().unwrap()));
+        assert_eq!(at("2001:db8:1:2::1"), at("2001:db8:1:2::9"));
+        assert_ne!(at("192.0.2.7"), at("192.0.2.8"));
+        assert_eq!(at("2001:db8:1:2::1").to_string(), "bob@2001:db8:1:2::");
     }
 }

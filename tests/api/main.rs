@@ -37,6 +37,7 @@ mod restart;
 mod sale_controls;
 mod sessions;
 mod shared_gate;
+mod sign_in_fairness;
 mod sign_out;
 mod store;
 mod stream_sessions;

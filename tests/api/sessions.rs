@@ -1,11 +1,10 @@
 //! Accounts and sign-in over the API, with the cookie the pages use, and what holds sign-in
-//! back under a flood: a bounded number of password hashes at once and a per-account throttle.
+//! back under a flood: a bounded number of password hashes at once (`sign_in_fairness.rs` for
+//! how they are shared, and the throttle of one account).
 
 use crate::support::{TestApp, code, status_and_json};
 use reqwest::StatusCode;
-use seckill::clock::SystemClock;
 use serde_json::json;
-use std::sync::Arc;
 use tokio::task::JoinSet;
 
 async fn post(
@@ -129,30 +128,6 @@ async fn wrong_passwords_and_unknown_users_get_the_same_answer() {
     }
 }
 
-/// One sign-in attempt from `ip` (the test server trusts `X-Forwarded-For`, when configured to):
-/// its status, error code and `Retry-After`.
-async fn sign_in_from(
-    app: &TestApp,
-    ip: &str,
-    username: &str,
-    password: &str,
-) -> (StatusCode, String, Option<String>) {
-    let response = app
-        .client
-        .post(app.url("/api/v1/sessions"))
-        .header("x-forwarded-for", ip)
-        .json(&json!({ "username": username, "password": password }))
-        .send()
-        .await
-        .unwrap();
-    let retry_after = response
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let (status, body) = status_and_json(response).await;
-    (status, code(&body).to_owned(), retry_after)
-}
-
 #[tokio::test]
 async fn a_flood_of_wrong_sign_ins_hashes_within_the_bound_and_the_right_password_still_works() {
     let app = TestApp::spawn().await;
@@ -204,39 +179,6 @@ async fn a_flood_of_wrong_sign_ins_hashes_within_the_bound_and_the_right_passwor
 
     let (status, session, _) = post(&app, "/api/v1/sessions", creds).await;
     assert_eq!(status, StatusCode::OK, "{session}");
-}
-
-#[tokio::test]
-async fn an_account_is_throttled_after_wrong_passwords_from_any_address_and_others_are_not() {
-    let app = TestApp::spawn_with(Arc::new(SystemClock), |config| {
-        config.client_ip_header = Some("x-forwarded-for".parse().unwrap());
-    })
-    .await;
-    for name in ["ivy", "jack"] {
-        let creds = json!({ "username": name, "password": format!("{name}-password") });
-        assert_eq!(
-            post(&app, "/api/v1/users", creds).await.0,
-            StatusCode::CREATED
-        );
-    }
-    for i in 0..5 {
-        let answer = sign_in_from(&app, &format!("10.0.0.{i}"), "ivy", "not-her-password").await;
-        assert_eq!(
-            (answer.0, answer.1.as_str()),
-            (StatusCode::UNAUTHORIZED, "invalid_credentials")
-        );
-    }
-    for (ip, password) in [("10.0.1.1", "still-not-it"), ("10.0.1.2", "ivy-password")] {
-        let (status, code, retry_after) = sign_in_from(&app, ip, "ivy", password).await;
-        assert_eq!(
-            (status, code.as_str()),
-            (StatusCode::TOO_MANY_REQUESTS, "too_many_sign_ins")
-        );
-        let secs: u64 = retry_after.expect("Retry-After").parse().unwrap();
-        assert!((1..=12).contains(&secs), "Retry-After: {secs}");
-    }
-    let (status, code, _) = sign_in_from(&app, "10.0.1.3", "jack", "jack-password").await;
-    assert_eq!((status, code.as_str()), (StatusCode::OK, "<no error code>"));
 }
 
 #[tokio::test]

@@ -2,8 +2,9 @@
 //! session token (also set as an HttpOnly cookie for the pages), `DELETE /sessions` signs out,
 //! ending the session on every server.
 //! Both hash a password, so both wait for a turn at the
-//! [`Hasher`](crate::auth::password::Hasher) and are refused with 503 `busy` when too many are
-//! under way; a refused request changes nothing.
+//! [`Hasher`](crate::auth::password::Hasher), shared fairly between addresses, and are refused
+//! with 503 `busy` when every place is taken and this address holds its share of them; a
+//! refused request changes nothing.
 
 use super::ErrorBody;
 use crate::auth::revocation::SessionId;
@@ -69,7 +70,7 @@ pub(crate) async fn register(
         .map_err(|e| ApiError::invalid("weak_password", e.to_string()))?;
     let (challenge, nonce) = (body.challenge.as_deref(), body.nonce.as_deref());
     super::guard::check_registration(&state, &username, challenge, nonce)?;
-    let hash = state.passwords.turn().await?.hash(password).await?;
+    let hash = state.passwords.turn(ip).await?.hash(password).await?;
     let id = state
         .store
         .create_user(&username, &hash, state.sale.now())
@@ -103,7 +104,7 @@ pub(crate) struct SessionView {
         (status = 200, description = "Signed in; the token is also set as the `seckill_session` cookie", body = SessionView, headers(("set-cookie" = String, description = "`seckill_session`, HttpOnly"))),
         (status = 401, description = "`invalid_credentials`: wrong username or password", body = ErrorBody),
         (status = 403, description = "`user_disabled`: the username and password are right, but an operator has disabled the account", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: too many requests from this address; `too_many_sign_ins`: too many sign-ins to this account; retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests from this address; `too_many_sign_ins`: too many sign-ins to this account from this address; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`busy`: too many passwords are being hashed; nothing changed, retry after the `Retry-After` seconds", body = ErrorBody),
     )
 )]
@@ -121,10 +122,12 @@ pub(crate) async fn sign_in(
         )
     };
     let username = Username::parse(&body.username).map_err(|_| invalid())?;
-    // The turn first, then the account's count: a sign-in refused as busy costs the account
-    // nothing, and only sign-ins about to hash can add an account to the throttle.
-    let turn = state.passwords.turn().await?;
-    state.limits.check_sign_in(&username).await?;
+    // Slowed before the turn, so the wait holds no turn; never refused there.
+    state.limits.pace_sign_in(&username).await;
+    // The turn first, then the count of this account from this address: a sign-in refused as
+    // busy costs it nothing, and only sign-ins about to hash can add to the throttle.
+    let turn = state.passwords.turn(ip).await?;
+    state.limits.check_sign_in(&username, ip).await?;
     // The token is issued as of before the account is read: an operator who disables the
     // account after this reading cuts the token off too (`auth::revocation`).
     let now = state.sale.now();
