@@ -111,12 +111,15 @@ impl Activity {
         self.body_abandoned.store(true, Ordering::Relaxed);
     }
 
-    /// Counts `n` bytes read while no request is with the application as the head's; the
-    /// head's bytes so far, and whether they are all the head's (see `body_abandoned`).
+    /// Counts `n` bytes read while no request is with the application as the head's, after
+    /// `bytes_arrived` recorded their read; the head's bytes so far, and whether they are all
+    /// the head's (see `body_abandoned`).
     pub fn head_arrived(&self, n: usize) -> (usize, bool) {
         let before = self.head.fetch_add(n as u64, Ordering::Relaxed);
         if before == 0 {
-            self.head_since.store(self.age(), Ordering::Relaxed);
+            // The time of this read, which `bytes_arrived` has just recorded.
+            let now = self.active.load(Ordering::Relaxed);
+            self.head_since.store(now, Ordering::Relaxed);
         }
         let head = usize::try_from(before + n as u64).unwrap_or(usize::MAX);
         (head, !self.body_abandoned.load(Ordering::Relaxed))

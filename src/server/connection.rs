@@ -138,10 +138,10 @@ async fn serve_until_idle(
                 connections.head_done(activity);
                 let mut parked = replay.parked;
                 if replay.refused {
-                    connections
-                        .refusal
-                        .answer(parked.stream, connections.limits.header_read)
-                        .await;
+                    // Boxed: every connection's task would otherwise carry the refusal's
+                    // state in its own size.
+                    let refusal = connections.refusal.answer(parked.stream, connections.limits.header_read);
+                    Box::pin(refusal).await;
                     return None;
                 }
                 // Unless parked on purpose, hyper is done because the client closed.
