@@ -360,6 +360,7 @@ impl App {
         let sandbox = self.core.sandbox.as_ref();
         let router = crate::http::router(self.state.clone(), self.max_body_bytes, sandbox);
         crate::server::serve(listener, router)
+            .head_refusal(crate::http::head_too_large(crate::server::MAX_HEAD_BYTES))
             .with_graceful_shutdown(shutdown)
             .await;
         if let Some(worker) = self.worker {

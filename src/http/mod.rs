@@ -19,7 +19,7 @@ pub mod pay;
 pub mod rate_limit;
 mod router;
 
-pub use router::router;
+pub use router::{head_too_large, router};
 
 use crate::auth::password::Hasher;
 use crate::http::extract::AuthKeys;

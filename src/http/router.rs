@@ -84,31 +84,63 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
         )
         .layer(from_fn(json_errors))
-        .layer(SetResponseHeaderLayer::if_not_present(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'self'; img-src 'self' data: https:; frame-ancestors 'none'; \
-                 form-action 'self'; base-uri 'none'; object-src 'none'",
-            ),
-        ))
-        // Links to other sites (the payment provider) learn nothing of the page's path.
-        .layer(SetResponseHeaderLayer::if_not_present(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("strict-origin-when-cross-origin"),
-        ))
-        .layer(SetResponseHeaderLayer::if_not_present(
-            HeaderName::from_static("permissions-policy"),
-            HeaderValue::from_static(
-                "camera=(), microphone=(), geolocation=(), payment=(), usb=(), interest-cohort=()",
-            ),
-        ))
-        .layer(SetResponseHeaderLayer::if_not_present(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
+        .layer(secure(0))
+        .layer(secure(1))
+        .layer(secure(2))
+        .layer(secure(3))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .service(routes);
     Router::new().fallback_service(layered)
+}
+
+/// The headers every answer carries, unless its handler set its own.
+const SECURITY_HEADERS: [(HeaderName, HeaderValue); 4] = [
+    (
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data: https:; frame-ancestors 'none'; \
+             form-action 'self'; base-uri 'none'; object-src 'none'",
+        ),
+    ),
+    // Links to other sites (the payment provider) learn nothing of the page's path.
+    (
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("strict-origin-when-cross-origin"),
+    ),
+    (
+        HeaderName::from_static("permissions-policy"),
+        HeaderValue::from_static(
+            "camera=(), microphone=(), geolocation=(), payment=(), usb=(), interest-cohort=()",
+        ),
+    ),
+    (
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    ),
+];
+
+/// The layer that sets the `i`th of the [`SECURITY_HEADERS`].
+fn secure(i: usize) -> SetResponseHeaderLayer<HeaderValue> {
+    let (name, value) = SECURITY_HEADERS[i].clone();
+    SetResponseHeaderLayer::if_not_present(name, value)
+}
+
+/// The answer to a request whose head is over `max_head_bytes`, which the connection server
+/// writes without the router: `431 head_too_large` in the API's shape, with the security
+/// headers.
+pub fn head_too_large(max_head_bytes: usize) -> Response {
+    let message = format!(
+        "a request's line and headers may have at most {} KiB",
+        max_head_bytes / 1024
+    );
+    let mut answer = ApiError::client(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "head_too_large",
+        message,
+    )
+    .into_response();
+    answer.headers_mut().extend(SECURITY_HEADERS);
+    answer
 }
 
 /// Open to anybody: no session, no token.

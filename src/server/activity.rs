@@ -26,6 +26,19 @@ pub(super) struct Activity {
     write_blocked: AtomicBool,
     /// The number of the request whose body the client has not finished sending, or 0.
     body_pending: AtomicU64,
+    /// Bytes read while no request was with the application, since the last request began:
+    /// the head arriving, held in hyper's buffer and charged to the server's head budget.
+    head: AtomicU64,
+    /// When the head arriving began, as nanoseconds after `born`: the heads arriving the
+    /// longest are shed first when the budget is spent.
+    head_since: AtomicU64,
+    /// A request's body was dropped before its end since the last request began. hyper reads
+    /// what is left of it as it would the next head, so the bytes counted in `head` may not
+    /// all be the head's; hyper's own bound on a head applies then.
+    body_abandoned: AtomicBool,
+    /// What the head held when the server shed the connection for it, until the connection
+    /// has closed and given it back: counted apart, so the same memory is not shed twice.
+    shed_charge: AtomicU64,
     /// Told when the server sheds this connection to make room for another.
     pub shed: Notify,
 }
@@ -42,6 +55,10 @@ impl Activity {
             begun_at_last_read: AtomicU64::new(0),
             write_blocked: AtomicBool::new(false),
             body_pending: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
+            body_abandoned: AtomicBool::new(false),
+            shed_charge: AtomicU64::new(0),
             shed: Notify::new(),
         }
     }
@@ -52,8 +69,12 @@ impl Activity {
     }
 
     fn touch(&self) {
-        let nanos = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.active.store(nanos, Ordering::Relaxed);
+        self.active.store(self.age(), Ordering::Relaxed);
+    }
+
+    /// Nanoseconds since the connection was accepted.
+    fn age(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// When the connection, parked with nothing read, must have sent something: a fresh one
@@ -80,8 +101,55 @@ impl Activity {
         let number = self.begun.fetch_add(1, Ordering::Relaxed) + 1;
         self.body_pending
             .store(if body_pending { number } else { 0 }, Ordering::Relaxed);
+        self.body_abandoned.store(false, Ordering::Relaxed);
         self.touch();
         number
+    }
+
+    /// A request's body was dropped before the client had sent all of it.
+    pub fn body_abandoned(&self) {
+        self.body_abandoned.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts `n` bytes read while no request is with the application as the head's, after
+    /// `bytes_arrived` recorded their read; the head's bytes so far, and whether they are all
+    /// the head's (see `body_abandoned`).
+    pub fn head_arrived(&self, n: usize) -> (usize, bool) {
+        let before = self.head.fetch_add(n as u64, Ordering::Relaxed);
+        if before == 0 {
+            // The time of this read, which `bytes_arrived` has just recorded.
+            let now = self.active.load(Ordering::Relaxed);
+            self.head_since.store(now, Ordering::Relaxed);
+        }
+        let head = usize::try_from(before + n as u64).unwrap_or(usize::MAX);
+        (head, !self.body_abandoned.load(Ordering::Relaxed))
+    }
+
+    /// The head's bytes counted so far, now no longer counted: its request began, the
+    /// connection was parked or closed, or it was shed.
+    pub fn head_taken(&self) -> usize {
+        usize::try_from(self.head.swap(0, Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
+    /// The head's bytes counted so far.
+    pub fn head(&self) -> usize {
+        usize::try_from(self.head.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
+    /// Records that the connection was shed while its head held `charge`.
+    pub fn shed_for_head(&self, charge: usize) {
+        self.shed_charge.store(charge as u64, Ordering::Relaxed);
+    }
+
+    /// What the head held when the connection was shed for it, now given back; 0 if it was not.
+    pub fn shed_charge_taken(&self) -> usize {
+        usize::try_from(self.shed_charge.swap(0, Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
+    /// Since when the head arriving has been arriving, if bytes of one are counted.
+    pub fn head_since(&self) -> Option<Instant> {
+        (self.head.load(Ordering::Relaxed) > 0)
+            .then(|| self.born + Duration::from_nanos(self.head_since.load(Ordering::Relaxed)))
     }
 
     /// Request `number`'s body has been read to its end, or dropped.

@@ -74,15 +74,17 @@ async fn serve_until_idle(
     peer: SocketAddr,
     router: &Router,
     stop: &mut watch::Receiver<()>,
-    connections: &Connections,
+    connections: &Arc<Connections>,
     activity: &Arc<Activity>,
 ) -> Option<Parked> {
     let service = {
         let (router, activity) = (router.clone(), activity.clone());
+        let connections = connections.clone();
         hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             let body_pending = !request.body().is_end_stream();
             let number = activity.request_begun(body_pending);
+            connections.head_done(&activity);
             let request = request.map(|body| {
                 if body_pending {
                     Body::new(Tracked {
@@ -103,7 +105,12 @@ async fn serve_until_idle(
                 as Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>
         })
     };
-    let io = TokioIo::new(Replay(parked, activity.clone()));
+    let io = TokioIo::new(Replay {
+        parked,
+        activity: activity.clone(),
+        connections: connections.clone(),
+        refused: false,
+    });
     // Boxed, so a parked connection's task does not carry hyper's state in its own size.
     let mut http = Box::new(connections.http.serve_connection(io, service));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PARK_AFTER, PARK_AFTER);
@@ -125,13 +132,22 @@ async fn serve_until_idle(
                 }
                 polled
             }) => {
-                done.ok()?;
-                // Unless parked on purpose, hyper is done because the client closed.
-                if stopping || !(parking || parking_at_once) {
+                let parts = http.into_parts();
+                let replay = parts.io.into_inner();
+                // Whatever the head held, the parked or closed connection holds no more.
+                connections.head_done(activity);
+                let mut parked = replay.parked;
+                if replay.refused {
+                    // Boxed: every connection's task would otherwise carry the refusal's
+                    // state in its own size.
+                    let refusal = connections.refusal.answer(parked.stream, connections.limits.header_read);
+                    Box::pin(refusal).await;
                     return None;
                 }
-                let parts = http.into_parts();
-                let Replay(mut parked, _) = parts.io.into_inner();
+                // Unless parked on purpose, hyper is done because the client closed.
+                if done.is_err() || stopping || !(parking || parking_at_once) {
+                    return None;
+                }
                 // Bytes of the next request that hyper read but did not use come first.
                 parked.unread = [parts.read_buf, parked.unread].concat().into();
                 return Some(parked);
@@ -204,13 +220,23 @@ impl hyper::body::Body for Tracked {
 
 impl Drop for Tracked {
     fn drop(&mut self) {
+        if !self.body.is_end_stream() {
+            self.activity.body_abandoned();
+        }
         self.activity.body_done(self.number);
     }
 }
 
-/// A parked connection's socket that first replays the bytes read before it was parked, and
-/// records what moves through it.
-struct Replay(Parked, Arc<Activity>);
+/// A parked connection's socket that first replays the bytes read before it was parked,
+/// records what moves through it, and counts the bytes of request heads.
+struct Replay {
+    parked: Parked,
+    activity: Arc<Activity>,
+    connections: Arc<Connections>,
+    /// A head grew past the bound: hyper was told the socket failed, and the connection is
+    /// answered with the refusal.
+    refused: bool,
+}
 
 impl AsyncRead for Replay {
     fn poll_read(
@@ -218,21 +244,34 @@ impl AsyncRead for Replay {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let unread = &mut self.0.unread;
-        if unread.is_empty() {
-            let before = buf.filled().len();
-            let read = Pin::new(&mut self.0.stream).poll_read(cx, buf);
-            let n = buf.filled().len() - before;
-            if n > 0 {
-                self.1.bytes_arrived(n);
-            }
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let unread = &mut this.parked.unread;
+        let read = if unread.is_empty() {
+            Pin::new(&mut this.parked.stream).poll_read(cx, buf)
+        } else {
+            let n = unread.len().min(buf.remaining());
+            buf.put_slice(&unread[..n]);
+            unread.advance(n);
+            Poll::Ready(Ok(()))
+        };
+        let n = buf.filled().len() - before;
+        if n == 0 {
             return read;
         }
-        let n = unread.len().min(buf.remaining());
-        buf.put_slice(&unread[..n]);
-        unread.advance(n);
-        self.1.bytes_arrived(n);
-        Poll::Ready(Ok(()))
+        this.activity.bytes_arrived(n);
+        // Bytes read while the application has no request are the next head's; once its
+        // request begins, nothing more is counted until it is answered.
+        if !this.activity.answering() {
+            let Some((head, exact)) = this.connections.head_arrived(&this.activity, n) else {
+                return Poll::Ready(Err(io::Error::other("the heads' budget is spent")));
+            };
+            if exact && head > this.connections.limits.max_head {
+                this.refused = true;
+                return Poll::Ready(Err(io::Error::other("request head too large")));
+            }
+        }
+        read
     }
 }
 
@@ -242,8 +281,8 @@ impl AsyncWrite for Replay {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let attempt = Pin::new(&mut self.0.stream).poll_write(cx, buf);
-        self.1.wrote(attempt)
+        let attempt = Pin::new(&mut self.parked.stream).poll_write(cx, buf);
+        self.activity.wrote(attempt)
     }
 
     fn poll_write_vectored(
@@ -251,19 +290,19 @@ impl AsyncWrite for Replay {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let attempt = Pin::new(&mut self.0.stream).poll_write_vectored(cx, bufs);
-        self.1.wrote(attempt)
+        let attempt = Pin::new(&mut self.parked.stream).poll_write_vectored(cx, bufs);
+        self.activity.wrote(attempt)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.0.stream.is_write_vectored()
+        self.parked.stream.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0.stream).poll_flush(cx)
+        Pin::new(&mut self.parked.stream).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0.stream).poll_shutdown(cx)
+        Pin::new(&mut self.parked.stream).poll_shutdown(cx)
     }
 }

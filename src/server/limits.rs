@@ -1,6 +1,8 @@
-//! What bounds a connection: how long it may take to send a request, how long it may idle, and
-//! how many may be open at once, which the process's open-file limit decides.
+//! What bounds a connection: how long it may take to send a request, how long it may idle, how
+//! many may be open at once, which the process's open-file limit decides, and what the heads
+//! of its requests may hold.
 
+use super::heads::{HEAD_BUDGET, MAX_HEAD_BYTES};
 use std::io;
 use std::time::Duration;
 
@@ -41,6 +43,10 @@ pub(super) struct Limits {
     pub idle: Duration,
     /// Most connections open at once; unset, [`default_max_connections`].
     pub max_connections: Option<usize>,
+    /// See [`MAX_HEAD_BYTES`].
+    pub max_head: usize,
+    /// See [`HEAD_BUDGET`].
+    pub head_budget: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +56,8 @@ impl Default for Limits {
             header_read: HEADER_READ_TIMEOUT,
             idle: IDLE_TIMEOUT,
             max_connections: None,
+            max_head: MAX_HEAD_BYTES,
+            head_budget: HEAD_BUDGET,
         }
     }
 }

@@ -18,6 +18,12 @@
 //! its answer is cut off after as long, and a connection with no request for [`IDLE_TIMEOUT`]
 //! is closed, parked or not. Only a request the application is working on waits without limit.
 //!
+//! Heads: a request's head may have at most [`MAX_HEAD_BYTES`]; a client that sends more is
+//! answered `431` (the application's own answer, given with
+//! [`head_refusal`](Serve::head_refusal)) and closed. The heads still arriving on all
+//! connections together may hold at most [`HEAD_BUDGET`]; past it, the connections whose heads
+//! have been arriving the longest are closed.
+//!
 //! The cap: open connections stay below the process's open-file limit (see
 //! [`default_max_connections`]), so a flood of connections cannot starve the database pools or
 //! the listener of file descriptors. At the cap, the connections idle or stalled the longest are
@@ -25,15 +31,20 @@
 
 mod activity;
 mod connection;
+mod heads;
 mod limits;
 mod table;
 
+pub use heads::{HEAD_BUDGET, MAX_HEAD_BYTES};
 pub use limits::{
     CROWD, FileLimit, HEADER_READ_TIMEOUT, IDLE_TIMEOUT, PARK_AFTER, RESERVED_FILES,
     default_max_connections, file_limit, raise_file_limit,
 };
 
 use axum::Router;
+use axum::body::Body;
+use heads::Refusal;
+use hyper::Response;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use limits::Limits;
@@ -62,6 +73,12 @@ const TIDY_EVERY: Duration = Duration::from_secs(5);
 /// meanwhile give theirs back, and the loop never spins on an error that repeats at once.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
+/// The least a head's bound may be: hyper reads 8 KiB at a time.
+const MIN_HEAD_BYTES: usize = 8 * 1024;
+
+/// The longest body of the answer to a head over the bound that is kept.
+const MAX_REFUSAL_BYTES: usize = 4 * 1024;
+
 /// A listener on `addr` whose queue holds a crowd's connections (see [`LISTEN_BACKLOG`]).
 pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
@@ -83,6 +100,7 @@ pub fn serve(listener: TcpListener, router: Router) -> Serve {
         router,
         shutdown: std::future::pending(),
         limits: Limits::default(),
+        refusal: None,
     }
 }
 
@@ -95,6 +113,8 @@ pub struct Serve<S = Pending<()>> {
     router: Router,
     shutdown: S,
     limits: Limits,
+    /// The answer to a head over the bound; unset, a bare `431`.
+    refusal: Option<Response<Body>>,
 }
 
 impl<S> Serve<S> {
@@ -108,6 +128,7 @@ impl<S> Serve<S> {
             router: self.router,
             shutdown: signal,
             limits: self.limits,
+            refusal: self.refusal,
         }
     }
 
@@ -138,6 +159,26 @@ impl<S> Serve<S> {
         self.limits.max_connections = Some(max);
         self
     }
+
+    /// The most bytes a request's head may have (default [`MAX_HEAD_BYTES`]; at least 8 KiB,
+    /// the least hyper reads at once).
+    pub fn max_head_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_head = bytes.max(MIN_HEAD_BYTES);
+        self
+    }
+
+    /// The most memory the heads still arriving may hold together (default [`HEAD_BUDGET`]).
+    pub fn head_budget(mut self, bytes: usize) -> Self {
+        self.limits.head_budget = bytes;
+        self
+    }
+
+    /// What a client whose request head is over the bound is answered, before it is closed
+    /// (default: `431` with no body). Its body is read once, when the server starts.
+    pub fn head_refusal(mut self, answer: Response<Body>) -> Self {
+        self.refusal = Some(answer);
+        self
+    }
 }
 
 impl<S> IntoFuture for Serve<S>
@@ -162,14 +203,24 @@ where
         router,
         shutdown,
         limits,
+        refusal,
     } = server;
     let max = limits
         .max_connections
         .unwrap_or_else(default_max_connections);
     let mut http = http1::Builder::new();
+    // The connection counts a head's bytes and refuses a head over the bound before hyper
+    // sees the byte past it; hyper's own bound, one byte more, is for the rare head the
+    // connection cannot count alone (after a body left unread), and answers a bare `431`.
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read);
-    let connections = Arc::new(Connections::new(limits, max, http));
+        .header_read_timeout(limits.header_read)
+        .max_buf_size(limits.max_head + 1)
+        .max_header_size(limits.max_head + 1);
+    let refusal = match refusal {
+        Some(answer) => Refusal::render(answer, MAX_REFUSAL_BYTES).await,
+        None => Refusal::plain(),
+    };
+    let connections = Arc::new(Connections::new(limits, max, http, refusal));
     tracing::info!(
         max_connections = max,
         header_read_timeout = ?limits.header_read,

@@ -2,10 +2,11 @@
 //! which to shed when there are as many as it may hold.
 
 use super::activity::Activity;
+use super::heads::{HEAD_OVERHEAD, Refusal};
 use super::limits::Limits;
 use hyper::server::conn::http1;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use std::time::Instant;
 pub(super) struct Connections {
     /// Connections open now, read on every poll of every connection (see [`Self::crowded`]).
     open: AtomicUsize,
-    /// Connections parked since the memory was last handed back.
+    /// Connections parked, or shed for their heads, since the memory was last handed back.
     pub parkings: AtomicU64,
     /// The deadlines and the cap.
     pub limits: Limits,
@@ -21,6 +22,15 @@ pub(super) struct Connections {
     pub max: usize,
     /// hyper's settings for every connection, its header-read deadline among them.
     pub http: http1::Builder,
+    /// The answer to a head over the bound.
+    pub refusal: Refusal,
+    /// What the heads arriving on all connections hold, with [`HEAD_OVERHEAD`] each, read
+    /// on every read of a head. A connection gives its share back when it has dropped what it
+    /// held: its request began, or it was parked or closed.
+    heads: AtomicIsize,
+    /// The share of `heads` held by connections shed to make room, which they give back as
+    /// soon as they close.
+    heads_shed: AtomicIsize,
     /// The connections that may still be shed, by number.
     table: Mutex<Table>,
 }
@@ -33,15 +43,83 @@ struct Table {
 }
 
 impl Connections {
-    /// No connections yet, under `limits`, at most `max` at once, each served by `http`.
-    pub fn new(limits: Limits, max: usize, http: http1::Builder) -> Self {
+    /// No connections yet, under `limits`, at most `max` at once, each served by `http`, a
+    /// head over the bound answered with `refusal`.
+    pub fn new(limits: Limits, max: usize, http: http1::Builder, refusal: Refusal) -> Self {
         Self {
             open: AtomicUsize::new(0),
             parkings: AtomicU64::new(0),
             limits,
             max,
             http,
+            refusal,
+            heads: AtomicIsize::new(0),
+            heads_shed: AtomicIsize::new(0),
             table: Mutex::new(Table::default()),
+        }
+    }
+
+    /// Counts `n` bytes of the head arriving on `activity`'s connection against the budget.
+    /// Past three quarters of it, the heads arriving the longest are shed; past all of it
+    /// (while the connections shed have not closed yet), this connection is to be closed at
+    /// once: `None` then. Otherwise the head's bytes so far, and whether they are all the
+    /// head's.
+    pub fn head_arrived(&self, activity: &Activity, n: usize) -> Option<(usize, bool)> {
+        let (head, exact) = activity.head_arrived(n);
+        let charge = if head == n { n + HEAD_OVERHEAD } else { n };
+        let held = self.heads.fetch_add(signed(charge), Ordering::Relaxed) + signed(charge);
+        let budget = signed(self.limits.head_budget);
+        if held > budget / 4 * 3 {
+            self.shed_heads();
+        }
+        (held <= budget).then_some((head, exact))
+    }
+
+    /// The head arriving on `activity`'s connection no longer holds memory: its request
+    /// began, or the connection was parked or closed.
+    pub fn head_done(&self, activity: &Activity) {
+        let shed = activity.shed_charge_taken();
+        if shed > 0 {
+            self.heads_shed.fetch_sub(signed(shed), Ordering::Relaxed);
+        }
+        let bytes = activity.head_taken();
+        if bytes > 0 {
+            self.heads
+                .fetch_sub(signed(bytes + HEAD_OVERHEAD), Ordering::Relaxed);
+        }
+    }
+
+    /// Sheds the connections whose heads have been arriving the longest, until the heads not
+    /// yet shed hold at most half the budget: the next heads then shed nothing for a while.
+    fn shed_heads(&self) {
+        let target = signed(self.limits.head_budget / 2);
+        let excess = || {
+            self.heads.load(Ordering::Relaxed) - self.heads_shed.load(Ordering::Relaxed) - target
+        };
+        if excess() <= 0 {
+            return;
+        }
+        let mut table = self.table();
+        let mut excess = excess();
+        let mut arriving: Vec<(Instant, u64)> = table
+            .slots
+            .iter()
+            .filter(|(_, activity)| activity.awaiting_head())
+            .filter_map(|(id, activity)| Some((activity.head_since()?, *id)))
+            .collect();
+        arriving.sort_unstable();
+        for (_, id) in arriving {
+            if excess <= 0 {
+                break;
+            }
+            if let Some(activity) = table.slots.remove(&id) {
+                let charge = activity.head() + HEAD_OVERHEAD;
+                activity.shed_for_head(charge);
+                self.heads_shed.fetch_add(signed(charge), Ordering::Relaxed);
+                self.parkings.fetch_add(1, Ordering::Relaxed);
+                activity.shed.notify_one();
+                excess -= signed(charge);
+            }
         }
     }
 
@@ -113,6 +191,10 @@ fn shed_oldest(table: &mut Table, n: usize) -> usize {
     n
 }
 
+fn signed(bytes: usize) -> isize {
+    isize::try_from(bytes).unwrap_or(isize::MAX)
+}
+
 /// One open connection, counted while it lives.
 pub(super) struct Open {
     connections: Arc<Connections>,
@@ -123,13 +205,14 @@ pub(super) struct Open {
 
 impl Open {
     /// The server this connection belongs to.
-    pub fn connections(&self) -> &Connections {
+    pub fn connections(&self) -> &Arc<Connections> {
         &self.connections
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
+        self.connections.head_done(&self.activity);
         self.connections.open.fetch_sub(1, Ordering::Relaxed);
         metrics::gauge!("seckill_http_connections_open").decrement(1.0);
         self.connections.table().slots.remove(&self.id);
@@ -147,7 +230,12 @@ mod tests {
             crowd,
             ..Limits::default()
         };
-        Arc::new(Connections::new(limits, max, http1::Builder::new()))
+        Arc::new(Connections::new(
+            limits,
+            max,
+            http1::Builder::new(),
+            Refusal::plain(),
+        ))
     }
 
     #[test]

@@ -4,17 +4,12 @@
 //! are cut off at their deadlines, and a flood of stalled connections is shed, oldest first,
 //! before it can take the file descriptors the server needs to answer.
 
-use crate::support::TestDatabase;
-use crate::support::{ADMIN_TOKEN, SECRET, TestApp};
-use axum::Router;
-use axum::routing::{get, post};
-use seckill::server::{PARK_AFTER, RESERVED_FILES, Serve, listen, serve};
-use std::future::IntoFuture;
-use std::process::Stdio;
+use crate::support::processes::embedded_server;
+use crate::support::{TestApp, TestDatabase, bare_server as server};
+use seckill::server::{PARK_AFTER, RESERVED_FILES, listen};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::Command;
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
@@ -172,30 +167,6 @@ async fn a_thousand_connections_arriving_at_once_all_get_through() {
         "handshakes dropped (the kernel caps the queue at net.core.somaxconn = {})",
         somaxconn.trim()
     );
-}
-
-/// A server as `configure` sets it up, answering `GET /healthz`, `POST /echo` of `hello world`
-/// and `GET /slow` (after a second and a half) as the real `/healthz` does. Its address; it
-/// stops with the test's runtime.
-fn server(configure: impl FnOnce(Serve) -> Serve) -> String {
-    const OK: &str = "{\"status\":\"ok\"}";
-    let router = Router::new()
-        .route("/healthz", get(|| async { OK }))
-        .route(
-            "/echo",
-            post(|body: String| async move { if body == "hello world" { OK } else { "wrong" } }),
-        )
-        .route(
-            "/slow",
-            get(|| async {
-                tokio::time::sleep(Duration::from_millis(1_500)).await;
-                OK
-            }),
-        );
-    let listener = listen(([127, 0, 0, 1], 0).into()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(configure(serve(listener, router)).into_future());
-    addr.to_string()
 }
 
 /// A server that is always crowded: it parks every connection as soon as it is between
@@ -424,34 +395,7 @@ async fn a_server_under_a_limit_of_1024_files_answers_through_1100_stalled_conne
     // This process holds the 1,100 sockets.
     seckill::server::raise_file_limit().unwrap();
     let db = TestDatabase::fresh().await;
-    let mut child = Command::new("sh")
-        .args(["-c", "ulimit -n 1024 && exec \"$0\" serve"])
-        .arg(env!("CARGO_BIN_EXE_seckill"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "error")
-        .env("SECKILL_DATABASE_URL", &db.url)
-        .env("SECKILL_SECRET", SECRET)
-        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = timeout(30 * SECOND, lines.next_line())
-        .await
-        .expect("the server starts within 30 s")
-        .unwrap()
-        .expect("the server prints its address");
-    let addr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_owned();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-
+    let (mut child, addr) = embedded_server(&db, Some(1_024)).await;
     let mut stalled = Vec::new();
     for i in 0..1_100 {
         let mut stream = TcpStream::connect(&addr).await.unwrap();

@@ -33,6 +33,7 @@ mod rate_limits;
 mod redis_failover;
 mod redis_restart;
 mod refunds;
+mod request_heads;
 mod restart;
 mod sale_controls;
 mod sessions;

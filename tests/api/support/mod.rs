@@ -3,6 +3,7 @@
 //! - `backends.rs`: the run's backend combination, the one place that reads `SECKILL_TEST_*`,
 //!   each test's fresh database, Redis prefix and RabbitMQ names, and what an ignored test needs.
 //! - `app.rs`: `TestApp`, the real server on port 0 over them, and reads of what it stored.
+//! - `bare.rs`: the connection server alone, over a few routes of its own.
 //! - `buy.rs`: the one buy request.
 //! - `http.rs`: the client and reading answers.
 //! - `shoppers.rs`, `operator.rs`: the two kinds of user, signed in.
@@ -15,6 +16,7 @@
 
 pub mod app;
 pub mod backends;
+pub mod bare;
 pub mod buy;
 pub mod crowd;
 pub mod faulty_sale;
@@ -30,6 +32,7 @@ pub mod shoppers;
 
 pub use app::{ADMIN_TOKEN, SECRET, TestApp, test_config};
 pub use backends::{Need, TestDatabase, fresh_prefix, local_amqp, redis_url, require};
+pub use bare::bare_server;
 pub use buy::once_the_gate_reopens;
 pub use http::{TextOfAnswer, client_builder, code, rfc3339, status_and_json};
 pub use shared_redis::{delete_keys, server_on_with};

@@ -202,3 +202,38 @@ impl Sale {
         ]);
     }
 }
+
+/// `seckill serve` as a process of its own over `db`, embedded (no Redis), under the open-file
+/// limit `ulimit -n` (the shell's as it is when `None`); returns it and the address it listens
+/// on. A test reads the process's own memory, or gives it a limit of its own, through it.
+pub async fn embedded_server(db: &TestDatabase, files: Option<u64>) -> (Child, String) {
+    let limit = files.map_or(String::new(), |files| format!("ulimit -n {files} && "));
+    let mut child = Command::new("sh")
+        .args(["-c", &format!("{limit}exec \"$0\" serve")])
+        .arg(env!("CARGO_BIN_EXE_seckill"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "error")
+        .env("SECKILL_DATABASE_URL", &db.url)
+        .env("SECKILL_SECRET", SECRET)
+        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the server starts within 30 s")
+        .unwrap()
+        .expect("the server prints its address");
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
