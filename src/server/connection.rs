@@ -49,7 +49,10 @@ pub(super) async fn connection(
         if parked.unread.is_empty() {
             let deadline = activity.park_deadline(limits.header_read, limits.idle);
             tokio::select! {
-                ready = parked.stream.readable() => if ready.is_err() { return },
+                first = first_bytes(&parked.stream) => match first {
+                    Some(bytes) => parked.unread = bytes,
+                    None => return,
+                },
                 () = tokio::time::sleep_until(deadline.into()) => return,
                 () = activity.shed.notified() => return,
                 _ = stop.changed() => return,
@@ -61,6 +64,23 @@ pub(super) async fn connection(
                 parked = next;
             }
             None => return,
+        }
+    }
+}
+
+/// The first bytes the client of a parked connection sends; `None` when it closed or the
+/// socket failed. Read here rather than by hyper, so a connection takes hyper's buffers only
+/// once its client has sent something, not when the socket merely reports itself readable.
+async fn first_bytes(stream: &TcpStream) -> Option<Bytes> {
+    loop {
+        stream.readable().await.ok()?;
+        // Not held across the wait, so a waiting connection's task does not carry it.
+        let mut buf = [0u8; 1024];
+        match stream.try_read(&mut buf) {
+            Ok(0) => return None,
+            Ok(n) => return Some(Bytes::copy_from_slice(&buf[..n])),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
         }
     }
 }
@@ -138,6 +158,8 @@ async fn serve_until_idle(
                 connections.head_done(activity);
                 let mut parked = replay.parked;
                 if replay.refused {
+                    // What hyper read of the head is let go of before the answer's wait.
+                    drop(parts.read_buf);
                     // Boxed: every connection's task would otherwise carry the refusal's
                     // state in its own size.
                     let refusal = connections.refusal.answer(parked.stream, connections.limits.header_read);

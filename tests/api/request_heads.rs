@@ -149,7 +149,7 @@ fn memory(pid: u32) -> (u64, u64) {
 }
 
 /// The most a thousand long heads may add to the server's memory at its peak.
-const THOUSAND_HEADS_GROWTH: u64 = 64 << 20;
+const THOUSAND_HEADS_GROWTH: u64 = 32 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_long_heads_that_stall_leave_the_server_within_its_bound() {
