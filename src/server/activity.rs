@@ -165,6 +165,11 @@ impl Activity {
         self.touch();
     }
 
+    /// The number of requests begun on the connection so far.
+    pub fn begun(&self) -> u64 {
+        self.begun.load(Ordering::Relaxed)
+    }
+
     /// A request is with the application.
     pub fn answering(&self) -> bool {
         self.answered.load(Ordering::Relaxed) != self.begun.load(Ordering::Relaxed)

@@ -3,6 +3,7 @@
 //! the server sheds it.
 
 use super::activity::Activity;
+use super::heads::HeadEnd;
 use super::limits::PARK_AFTER;
 use super::table::{Connections, Open};
 use axum::Router;
@@ -130,6 +131,7 @@ async fn serve_until_idle(
         activity: activity.clone(),
         connections: connections.clone(),
         refused: false,
+        head_end: HeadEnd::default(),
     });
     // Boxed, so a parked connection's task does not carry hyper's state in its own size.
     let mut http = Box::new(connections.http.serve_connection(io, service));
@@ -258,6 +260,8 @@ struct Replay {
     /// A head grew past the bound: hyper was told the socket failed, and the connection is
     /// answered with the refusal.
     refused: bool,
+    /// Where the head arriving ends, so that a body read with it is not counted as head.
+    head_end: HeadEnd,
 }
 
 impl AsyncRead for Replay {
@@ -282,9 +286,14 @@ impl AsyncRead for Replay {
             return read;
         }
         this.activity.bytes_arrived(n);
-        // Bytes read while the application has no request are the next head's; once its
-        // request begins, nothing more is counted until it is answered.
+        // Bytes read while the application has no request are the next head's, up to its
+        // blank line; once its request begins, nothing more is counted until it is answered.
         if !this.activity.answering() {
+            let fresh = &buf.filled()[before..];
+            let n = this.head_end.head_bytes(this.activity.begun(), fresh);
+            if n == 0 {
+                return read;
+            }
             let Some((head, exact)) = this.connections.head_arrived(&this.activity, n) else {
                 return Poll::Ready(Err(io::Error::other("the heads' budget is spent")));
             };

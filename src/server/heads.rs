@@ -28,6 +28,55 @@ pub(super) const HEAD_OVERHEAD: usize = 16 * 1024;
 /// could destroy the answer before the client reads it.
 const LINGER: Duration = Duration::from_secs(2);
 
+/// Where the head arriving on a connection ends: the bytes read up to its blank line are the
+/// head's, those after it the body's (or the next request's), which are not the head's to
+/// count. A head may end its lines with CRLF or a bare LF, as hyper reads them.
+#[derive(Debug, Default)]
+pub(super) struct HeadEnd {
+    /// The number of the request begun last when this head's first bytes came: a new number
+    /// means that head was taken, and the bytes now are another's.
+    after_request: u64,
+    /// The blank line has been read.
+    ended: bool,
+    /// The last two bytes read before the ones now looked at.
+    last: [u8; 2],
+}
+
+impl HeadEnd {
+    /// How many of `bytes`, read after request number `begun` began, belong to a head: all of
+    /// them until its blank line, up to that line's end with it, none after.
+    pub fn head_bytes(&mut self, begun: u64, bytes: &[u8]) -> usize {
+        if begun != self.after_request {
+            *self = Self {
+                after_request: begun,
+                ..Self::default()
+            };
+        }
+        if self.ended {
+            return 0;
+        }
+        let before = |i: usize, back: usize| {
+            if i >= back {
+                bytes[i - back]
+            } else {
+                self.last[2 + i - back]
+            }
+        };
+        for i in memchr::memchr_iter(b'\n', bytes) {
+            if before(i, 1) == b'\n' || (before(i, 1) == b'\r' && before(i, 2) == b'\n') {
+                self.ended = true;
+                return i + 1;
+            }
+        }
+        self.last = match bytes {
+            [.., a, b] => [*a, *b],
+            [b] => [self.last[1], *b],
+            [] => self.last,
+        };
+        bytes.len()
+    }
+}
+
 /// The bytes of the answer to a head over [`MAX_HEAD_BYTES`], rendered once when the server
 /// starts.
 #[derive(Clone, Debug)]
@@ -124,5 +173,35 @@ async fn drain(stream: &TcpStream) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeadEnd;
+
+    #[test]
+    fn a_head_ends_at_its_blank_line_however_its_bytes_are_split() {
+        let request = b"POST /x HTTP/1.1\r\nHost: a\r\n\r\nbody bytes";
+        let head = request.len() - b"body bytes".len();
+        for split in 0..request.len() {
+            let mut end = HeadEnd::default();
+            let (first, second) = request.split_at(split);
+            let counted = end.head_bytes(0, first) + end.head_bytes(0, second);
+            assert_eq!(counted, head, "split at {split}");
+            assert_eq!(end.head_bytes(0, b"more body"), 0);
+        }
+        let mut bare = HeadEnd::default();
+        assert_eq!(bare.head_bytes(0, b"GET / HTTP/1.1\nHost: a\n\nrest"), 24);
+    }
+
+    #[test]
+    fn the_next_request_counts_anew_and_lines_are_not_blank_by_a_lone_return() {
+        let mut end = HeadEnd::default();
+        assert_eq!(end.head_bytes(0, b"GET / HTTP/1.1\r\n\r\n"), 18);
+        assert_eq!(end.head_bytes(0, b"GET /next"), 0, "the same request's");
+        assert_eq!(end.head_bytes(1, b"GET /next"), 9, "after it began");
+        assert_eq!(end.head_bytes(1, b" HTTP/1.1\r\nX: \r\r\n"), 17);
+        assert!(!end.ended, "a line holding a return is not blank");
     }
 }

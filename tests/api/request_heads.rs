@@ -122,6 +122,40 @@ async fn a_head_at_the_bound_is_served_and_one_byte_more_is_refused_without_wait
 }
 
 #[tokio::test]
+async fn a_body_sent_with_its_head_is_not_counted_as_head() {
+    let app = TestApp::spawn().await;
+    // A head of 20 KiB and a body of 16 KiB in one write: more than the bound together, while
+    // the head alone is within it.
+    let body = format!(
+        r#"{{"username":"nobody","password":"{}"}}"#,
+        "p".repeat(16_000)
+    );
+    let mut head = format!(
+        "POST /api/v1/sessions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nX-Pad: ",
+        body.len()
+    )
+    .into_bytes();
+    head.resize(20 * 1024 - 4, b'a');
+    head.extend_from_slice(b"\r\n\r\n");
+    let mut stream = connect(&app.base).await;
+    stream
+        .write_all(&[head, body.into_bytes()].concat())
+        .await
+        .unwrap();
+    let (first, _) = answer(&mut stream).await;
+    assert!(
+        first.starts_with("http/1.1 401 "),
+        "the sign-in's own answer: {first}"
+    );
+    // The same connection takes the next head, counted from its own start.
+    stream.write_all(&head_of(MAX_HEAD_BYTES)).await.unwrap();
+    let (second, _) = answer(&mut stream).await;
+    assert!(second.starts_with("http/1.1 200 "), "{second}");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_request_line_too_long_is_refused_in_the_api_shape() {
     let app = TestApp::spawn().await;
     let (reader, mut writer) = connect(&app.base).await.into_split();
