@@ -21,7 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("config", &["domain", "ids", "redact", "store"]),
     ("gate", &["domain", "redis_link"]),
     ("lease", &["ids", "redis_link"]),
-    ("limits", &["clock", "redis_link"]),
+    ("limits", &["clock", "domain", "redis_link"]),
     (
         "sale",
         &["clock", "domain", "gate", "ids", "payment", "store"],

@@ -168,7 +168,7 @@ impl Hasher {
     /// Waits for a turn for a request from `from`, or refuses at once when every place is taken
     /// and no address holds more than this one would, or after the wait runs out.
     pub async fn turn(&self, from: IpAddr) -> Result<Turn, Busy> {
-        let holder = crate::limits::network(from);
+        let holder = crate::domain::network(from);
         let told = {
             let mut queue = self.lanes.lock();
             queue.forget_gone();

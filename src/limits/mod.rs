@@ -6,6 +6,7 @@
 pub mod local;
 pub mod redis;
 
+use crate::domain::network;
 use async_trait::async_trait;
 use std::fmt;
 use std::net::IpAddr;
@@ -82,7 +83,7 @@ pub enum Id {
     Number(i64),
     Address(IpAddr),
     Name(Box<str>),
-    /// A name as used from one address (see [`network`]): one account's sign-ins from one
+    /// A name as used from one address (see [`network`](crate::domain::network)): one account's sign-ins from one
     /// client, so a stranger's count of that account is not its owner's.
     NameAt(Box<str>, IpAddr),
     /// The ids a process had no room left to count one by one, counted together (see
@@ -96,28 +97,15 @@ impl From<i64> for Id {
     }
 }
 
-/// The client an address counts as: an IPv6 address counts as its /64, the network one host
-/// is given (an address alone would let one host be 2^64 clients); an IPv4 address in IPv6
-/// clothing counts as itself.
-pub fn network(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-        },
-        v4 => v4,
-    }
-}
-
 impl From<IpAddr> for Id {
-    /// The address's [`network`].
+    /// The address's [`network`](crate::domain::network).
     fn from(address: IpAddr) -> Self {
         Self::Address(network(address))
     }
 }
 
 impl From<(&str, IpAddr)> for Id {
-    /// The name from the address's [`network`].
+    /// The name from the address's [`network`](crate::domain::network).
     fn from((name, address): (&str, IpAddr)) -> Self {
         Self::NameAt(name.into(), network(address))
     }
