@@ -224,16 +224,7 @@ mod needs_redis_and_rabbitmq_servers {
         };
         // No worker yet: accepted orders wait in the outbox.
         let app = spawn(false).await;
-        let product = app.live_product(5, 2).await;
-        let tokens = app.users(2).await;
-        assert_eq!(
-            app.buy(&tokens[0], product, 2).await.0,
-            StatusCode::ACCEPTED
-        );
-        assert_eq!(
-            app.buy(&tokens[1], product, 1).await.0,
-            StatusCode::ACCEPTED
-        );
+        let product = app.sell_three_of_five().await;
         let id = product.to_string();
         let labels = [("product", id.as_str())];
         let orders = format!("{names}orders");

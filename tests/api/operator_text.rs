@@ -27,52 +27,40 @@ const INVISIBLE: [&str; 10] = [
 async fn invisible_characters_in_names_and_titles_are_refused() {
     let app = TestApp::spawn().await;
     let now = app.state.sale.now();
+    let window = json!({
+        "starts_at": rfc3339(now + 3_600_000),
+        "ends_at": rfc3339(now + 7_200_000),
+    });
+    // The product's fields but its name, and the event's but its title: each door's text.
+    let mut product = json!({
+        "original_price_cents": 10_000,
+        "sale_price_cents": 5_000,
+        "stock": 5,
+        "per_user_limit": 1,
+    });
+    product
+        .as_object_mut()
+        .unwrap()
+        .extend(window.as_object().unwrap().clone());
+    let doors = [
+        ("/api/v1/admin/products", "name", product),
+        ("/api/v1/admin/events", "title", window.clone()),
+    ];
     for text in INVISIBLE {
-        let (status, body) = app
-            .admin_post(
-                "/api/v1/admin/products",
-                json!({
-                    "name": text,
-                    "original_price_cents": 10_000,
-                    "sale_price_cents": 5_000,
-                    "stock": 5,
-                    "per_user_limit": 1,
-                    "starts_at": rfc3339(now + 3_600_000),
-                    "ends_at": rfc3339(now + 7_200_000),
-                }),
-            )
-            .await;
-        assert_eq!(
-            (status, code(&body)),
-            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_text"),
-            "name {text:?}: {body}"
-        );
-        let (status, body) = app
-            .admin_post(
-                "/api/v1/admin/events",
-                json!({
-                    "title": text,
-                    "starts_at": rfc3339(now + 3_600_000),
-                    "ends_at": rfc3339(now + 7_200_000),
-                }),
-            )
-            .await;
-        assert_eq!(
-            (status, code(&body)),
-            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_text"),
-            "title {text:?}: {body}"
-        );
+        for (path, field, fields) in &doors {
+            let mut body = fields.clone();
+            body[*field] = json!(text);
+            let (status, answer) = app.admin_post(path, body).await;
+            assert_eq!(
+                (status, code(&answer)),
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_text"),
+                "{field} {text:?}: {answer}"
+            );
+        }
     }
-    let (status, body) = app
-        .admin_post(
-            "/api/v1/admin/events",
-            json!({
-                "title": "限时\u{3000}秒杀 \u{1F469}\u{200D}\u{1F4BB} \u{2764}\u{FE0F}",
-                "starts_at": rfc3339(now + 3_600_000),
-                "ends_at": rfc3339(now + 7_200_000),
-            }),
-        )
-        .await;
+    let mut event = window;
+    event["title"] = json!("限时\u{3000}秒杀 \u{1F469}\u{200D}\u{1F4BB} \u{2764}\u{FE0F}");
+    let (status, body) = app.admin_post("/api/v1/admin/events", event).await;
     assert_eq!(status, StatusCode::CREATED, "spaces and emoji pass: {body}");
 }
 

@@ -234,6 +234,18 @@ impl TestApp {
         body["id"].as_i64().unwrap()
     }
 
+    /// A live product of 5 units, 2 a buyer, of which two new buyers take 3 (2 and 1): the
+    /// orders a server without a worker then holds in its outbox.
+    pub async fn sell_three_of_five(&self) -> i64 {
+        let product = self.live_product(5, 2).await;
+        let tokens = self.users(2).await;
+        for (token, quantity) in tokens.iter().zip([2, 1]) {
+            let (status, body) = self.buy(token, product, quantity).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        }
+        product
+    }
+
     /// One buy attempt.
     pub async fn buy(&self, token: &str, product: i64, quantity: i64) -> (StatusCode, Value) {
         status_and_json(self.buy_response(token, product, quantity).await).await
