@@ -48,7 +48,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "auth", "clock", "config", "domain", "error", "limits", "payment", "sale", "store",
+            "auth", "clock", "config", "domain", "error", "limits", "payment", "sale", "server",
+            "store",
         ],
     ),
     ("app", &["*"]),

@@ -53,6 +53,7 @@ impl Payments {
         clock: SharedClock,
     ) -> anyhow::Result<Self> {
         let public_url = public_url(config);
+        let reached_base = config.public_url.is_none().then(|| public_url.clone());
         match config.payment.provider {
             None => {
                 tracing::warn!(
@@ -79,6 +80,7 @@ impl Payments {
                     seller_id: alipay.seller_id.clone(),
                     notify_url: format!("{public_url}/pay/alipay/notify"),
                     return_url: format!("{public_url}/pay/alipay/return"),
+                    reached_base,
                 })?;
                 Ok(Self {
                     provider: Some(Arc::new(client)),
@@ -98,6 +100,7 @@ impl Payments {
                     seller_id: Some(sandbox::SANDBOX_SELLER_ID.to_owned()),
                     notify_url: format!("{public_url}/pay/alipay/notify"),
                     return_url: format!("{public_url}/pay/alipay/return"),
+                    reached_base,
                 })?;
                 let gateway = Sandbox::new(
                     SandboxSettings {
@@ -121,7 +124,9 @@ impl Payments {
     }
 }
 
-/// The base of the URLs the provider and the buyer's browser come back to.
+/// The base of the URLs the provider and the buyer's browser come back to. Without a
+/// configured public URL it names this server's listening address (`127.0.0.1` for every
+/// address), and each pay URL names the address its buyer reached instead (`reached_base`).
 fn public_url(config: &Config) -> String {
     match &config.public_url {
         Some(url) => url.trim_end_matches('/').to_owned(),

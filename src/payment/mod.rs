@@ -53,6 +53,9 @@ pub struct PayRequest<'a> {
     /// The order's payment deadline: the provider refuses payment after it (`time_expire`).
     pub expires_at: Millis,
     pub channel: Channel,
+    /// The address of this server the buyer's connection came in on, when known: the pay
+    /// URL's links back to the shop may name it (see `AlipaySettings::reached_base`).
+    pub reached_at: Option<std::net::SocketAddr>,
 }
 
 /// Where a trade stands at the provider. Only [`TradeStatus::Success`] and

@@ -8,6 +8,7 @@ use super::orders::{OrderError, QueuedPayment};
 use crate::domain::{IdempotencyKey, Millis, Order, OrderId, OrderStatus, UserId};
 use crate::payment::{Channel, PayRequest, PaymentProvider, Trade};
 use crate::store::{PayAnswer, PaymentRecord, StoreResult};
+use std::net::SocketAddr;
 
 /// Where the buyer pays an order.
 #[derive(Debug, Clone)]
@@ -62,6 +63,7 @@ impl SaleService {
         user: UserId,
         id: OrderId,
         channel: Channel,
+        reached_at: Option<SocketAddr>,
     ) -> Result<PayLink, OrderError> {
         let order = self.order_of(user, id).await?;
         let provider = self.provider()?;
@@ -83,6 +85,7 @@ impl SaleService {
                 total: order.total,
                 expires_at: order.pay_before,
                 channel,
+                reached_at,
             })
             .map_err(OrderError::Unavailable)?;
         Ok(PayLink {
@@ -318,17 +321,18 @@ impl SaleService {
         user: UserId,
         id: OrderId,
         channel: Channel,
+        reached_at: Option<SocketAddr>,
         key: Option<IdempotencyKey>,
     ) -> Result<PayLink, OrderError> {
         let Some(key) = key else {
-            return self.pay(user, id, channel).await;
+            return self.pay(user, id, channel, reached_at).await;
         };
         let now = self.now();
         let kept = self.store.pay_answer(user, &key).await?;
         if let Some(kept) = kept.filter(|kept| IdempotencyKey::is_live(kept.created_at, now)) {
             return self.pay_replayed(&kept, id, channel);
         }
-        let link = self.pay(user, id, channel).await?;
+        let link = self.pay(user, id, channel, reached_at).await?;
         let answer = PayAnswer {
             user,
             key,

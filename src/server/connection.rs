@@ -2,6 +2,7 @@
 //! socket while it idles, and closed when its client stalls or idles past a deadline, or when
 //! the server sheds it.
 
+use super::LocalAddr;
 use super::activity::Activity;
 use super::heads::HeadEnd;
 use super::limits::PARK_AFTER;
@@ -32,6 +33,15 @@ struct Parked {
     unread: Bytes,
 }
 
+/// The two ends of a connection, handed to every request on it.
+#[derive(Clone, Copy)]
+struct Ends {
+    /// The client's address.
+    peer: SocketAddr,
+    /// This server's address the client reached.
+    local: SocketAddr,
+}
+
 /// Serves one connection until it is over, parked whenever it idles.
 pub(super) async fn connection(
     stream: TcpStream,
@@ -42,6 +52,10 @@ pub(super) async fn connection(
 ) {
     let (connections, activity) = (open.connections(), &open.activity);
     let limits = connections.limits;
+    let Ok(local) = stream.local_addr() else {
+        return;
+    };
+    let ends = Ends { peer, local };
     let mut parked = Parked {
         stream,
         unread: Bytes::new(),
@@ -59,7 +73,7 @@ pub(super) async fn connection(
                 _ = stop.changed() => return,
             }
         }
-        match serve_until_idle(parked, peer, &router, &mut stop, connections, activity).await {
+        match serve_until_idle(parked, ends, &router, &mut stop, connections, activity).await {
             Some(next) => {
                 connections.parkings.fetch_add(1, Ordering::Relaxed);
                 parked = next;
@@ -92,7 +106,7 @@ async fn first_bytes(stream: &TcpStream) -> Option<Bytes> {
 /// to stop.
 async fn serve_until_idle(
     parked: Parked,
-    peer: SocketAddr,
+    ends: Ends,
     router: &Router,
     stop: &mut watch::Receiver<()>,
     connections: &Arc<Connections>,
@@ -102,7 +116,8 @@ async fn serve_until_idle(
         let (router, activity) = (router.clone(), activity.clone());
         let connections = connections.clone();
         hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(ConnectInfo(ends.peer));
+            request.extensions_mut().insert(LocalAddr(ends.local));
             let body_pending = !request.body().is_end_stream();
             let number = activity.request_begun(body_pending);
             connections.head_done(&activity);

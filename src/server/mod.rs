@@ -36,6 +36,12 @@ mod limits;
 mod table;
 
 pub use heads::{HEAD_BUDGET, MAX_HEAD_BYTES};
+
+/// The address of this server that a request's connection came in on (its socket's local
+/// address), in every request's extensions beside the peer's `ConnectInfo`: where the client
+/// reached this server, which the client cannot choose, unlike its `Host` header.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalAddr(pub SocketAddr);
 pub use limits::{
     CROWD, FileLimit, HEADER_READ_TIMEOUT, IDLE_TIMEOUT, PARK_AFTER, RESERVED_FILES,
     default_max_connections, file_limit, raise_file_limit,

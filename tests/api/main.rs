@@ -12,6 +12,7 @@ mod callback_floods;
 mod config_file;
 mod connections;
 mod deadlines;
+mod demo_pay_urls;
 mod disabled_users;
 mod faults;
 mod forged_requests;

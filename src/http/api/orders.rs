@@ -9,9 +9,10 @@ use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use crate::http::extract::{CurrentUser, IdempotencyKeyHeader};
 use crate::payment::Channel;
+use crate::server::LocalAddr;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -160,6 +161,7 @@ pub(crate) async fn pay(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
+    reached: Option<Extension<LocalAddr>>,
     body: Bytes,
 ) -> Result<AppJson<PayView>, ApiError> {
     state.limits.check_orders(user.id).await?;
@@ -170,7 +172,13 @@ pub(crate) async fn pay(
     };
     let link = state
         .sale
-        .pay_with_key(user.id, OrderId(id), channel, key)
+        .pay_with_key(
+            user.id,
+            OrderId(id),
+            channel,
+            reached.map(|Extension(LocalAddr(at))| at),
+            key,
+        )
         .await?;
     Ok(AppJson(PayView {
         order_id: link.order_id,

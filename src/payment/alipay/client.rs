@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Alipay's production gateway, the default: real money moves.
@@ -85,6 +86,11 @@ pub struct AlipaySettings {
     pub notify_url: String,
     /// Where the buyer's browser comes back after paying (`return_url`).
     pub return_url: String,
+    /// The `scheme://host:port` that the three URLs above start with when it stands only for
+    /// "this server, wherever the buyer reached it" (no public URL configured, listening on
+    /// every address): a pay URL then starts with the address the buyer's connection came in
+    /// on instead, so a shopper on another machine is sent back to this one.
+    pub reached_base: Option<String>,
 }
 
 /// The [`PaymentProvider`] that speaks Alipay's open-platform protocol to one gateway.
@@ -126,14 +132,19 @@ impl AlipayClient {
             time_expire: beijing::format(request.expires_at),
         })?;
         let timestamp = beijing::format(now);
+        let rebased = |url: &str| self.rebased(url, request.reached_at);
+        let (notify_url, return_url) = (
+            rebased(&self.settings.notify_url),
+            rebased(&self.settings.return_url),
+        );
         let mut params = self.common(method, &timestamp);
         params.extend([
-            ("notify_url", self.settings.notify_url.as_str()),
-            ("return_url", self.settings.return_url.as_str()),
+            ("notify_url", notify_url.as_str()),
+            ("return_url", return_url.as_str()),
             ("biz_content", biz_content.as_str()),
         ]);
         let query = self.signed(&params)?;
-        let gateway = &self.settings.gateway_url;
+        let gateway = &rebased(&self.settings.gateway_url);
         let separator = if !gateway.contains('?') {
             "?"
         } else if gateway.ends_with(['?', '&']) {
@@ -142,6 +153,19 @@ impl AlipayClient {
             "&"
         };
         Ok(format!("{gateway}{separator}{query}"))
+    }
+
+    /// `url`, starting with the address the buyer reached this server at instead of
+    /// [`AlipaySettings::reached_base`], when it starts with that.
+    fn rebased(&self, url: &str, reached_at: Option<SocketAddr>) -> String {
+        let base = self.settings.reached_base.as_deref();
+        match (base.and_then(|base| url.strip_prefix(base)), reached_at) {
+            (Some(rest), Some(at)) => {
+                let at = SocketAddr::new(at.ip().to_canonical(), at.port());
+                format!("http://{at}{rest}")
+            }
+            _ => url.to_owned(),
+        }
     }
 
     /// The parameters every request carries, before its own.
@@ -503,6 +527,7 @@ mod tests {
             seller_id: seller_id.map(str::to_owned),
             notify_url: "https://shop.example/pay/alipay/notify".to_owned(),
             return_url: "https://shop.example/pay/alipay/return".to_owned(),
+            reached_base: None,
         }
     }
 
@@ -525,6 +550,7 @@ mod tests {
             total: Money::from_cents(599_900).unwrap(),
             expires_at: at("2026-11-24 08:15:00"),
             channel,
+            reached_at: None,
         }
     }
 

@@ -519,6 +519,7 @@ async fn the_alipay_client_pays_queries_closes_and_refunds_through_the_gateway()
         seller_id: Some(SANDBOX_SELLER_ID.to_owned()),
         notify_url,
         return_url: RETURN_URL.to_owned(),
+        reached_base: None,
     })
     .unwrap();
     let browser = reqwest::Client::builder()
@@ -540,6 +541,7 @@ async fn the_alipay_client_pays_queries_closes_and_refunds_through_the_gateway()
                 total,
                 expires_at: chrono::Utc::now().timestamp_millis() + 900_000,
                 channel,
+                reached_at: None,
             })
             .unwrap();
         let page = browser.get(&url).send().await.unwrap();
