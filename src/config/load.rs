@@ -242,4 +242,74 @@ mod tests {
         assert!(!shown.contains(&"s".repeat(32)), "{shown}");
         assert!(!shown.contains("hunter2"), "{shown}");
     }
+
+    /// The example configuration of the deployment guide, as installed on every host.
+    const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/seckill.example.toml");
+
+    /// `text` with its commented-out settings (`# key = value` lines) made settings, so that
+    /// the keys an example names but leaves unset are read too.
+    fn uncommented(text: &str) -> String {
+        let is_key = |key: &str| {
+            key.starts_with(|c: char| c.is_ascii_lowercase())
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        };
+        text.lines()
+            .map(|line| {
+                line.strip_prefix('#')
+                    .map(str::trim_start)
+                    .filter(|rest| rest.split_once(" = ").is_some_and(|(key, _)| is_key(key)))
+                    .unwrap_or(line)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The example names every setting the configuration has, and nothing else; as shipped it
+    /// loads through the loader `serve` uses into a cluster over RabbitMQ, with no secret in it;
+    /// and every value it leaves commented out has its setting's type.
+    #[test]
+    fn the_example_configuration_loads_and_names_every_setting() {
+        let mut leaves = Vec::new();
+        let every_setting = serde_json::to_value(Config::default()).unwrap();
+        flatten(String::new(), every_setting, &mut leaves);
+        let every: BTreeSet<String> = leaves.into_iter().map(|(key, _)| key).collect();
+        let text = std::fs::read_to_string(EXAMPLE).unwrap();
+        let all_of_it = || {
+            config::Config::builder().add_source(config::File::from_str(
+                &uncommented(&text),
+                config::FileFormat::Toml,
+            ))
+        };
+        let named = keys(all_of_it()).unwrap();
+        let missing: Vec<_> = every.difference(&named).collect();
+        let unknown: Vec<_> = named.difference(&every).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "{EXAMPLE} does not name the settings {missing:?}, and names unknown ones {unknown:?}"
+        );
+
+        let config = Config::read(layers(Some(Path::new(EXAMPLE)), config::Map::new()))
+            .unwrap_or_else(|e| panic!("{EXAMPLE}: {e:#}"));
+        let Deployment::Cluster(urls) = config.deployment() else {
+            panic!("{EXAMPLE} is not a cluster");
+        };
+        assert!(urls.amqp_url.is_some(), "{EXAMPLE} has no RabbitMQ");
+        assert!(config.secret.is_none() && config.admin_token.is_none());
+        assert!(config.alipay.private_key.is_none());
+        for url in [
+            config.database_url.as_str(),
+            urls.redis_url,
+            urls.amqp_url.unwrap(),
+        ] {
+            let authority = url.split_once("://").unwrap().1.split('/').next().unwrap();
+            let user = authority.rsplit_once('@').map_or("", |(user, _)| user);
+            let shown = crate::redact::url(url);
+            assert!(!user.contains(':'), "{EXAMPLE} has a password in {shown}");
+        }
+
+        let typed = all_of_it().build().unwrap().try_deserialize::<Config>();
+        typed.unwrap_or_else(|e| panic!("{EXAMPLE}, its commented-out settings included: {e:#}"));
+    }
 }
