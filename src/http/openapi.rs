@@ -406,7 +406,9 @@ mod tests {
         for op in &page.operations {
             assert!(op.answers.iter().any(|a| a.status == "500"), "{}", op.path);
             for answer in &op.answers {
-                if answer.status.starts_with(['4', '5']) {
+                // `/readyz` tells a load balancer why in its own shape, 503 as 200.
+                let own_shape = op.path == "/readyz" && answer.status == "503";
+                if answer.status.starts_with(['4', '5']) && !own_shape {
                     assert_eq!(answer.schema, "Error", "{} {}", op.path, answer.status);
                     assert!(answer.description.starts_with('`'), "{}", op.path);
                 }

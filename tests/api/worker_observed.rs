@@ -1,10 +1,10 @@
 //! `seckill worker --addr` is observable as a server is: `/healthz`, `/readyz` with its
 //! backends' checks, and `/metrics` behind the admin token with its own batches, the build it
-//! runs and the process's own figures.
+//! runs and the process's own figures; SIGTERM still ends it cleanly.
 
 mod needs_single_redis {
     use crate::support::buy::request;
-    use crate::support::probes::readyz_turns;
+    use crate::support::probes::{exits_within, readyz_turns, signal};
     use crate::support::processes::{Cluster, launch};
     use crate::support::{ADMIN_TOKEN, Need, TestDatabase, require, status_and_json};
     use reqwest::StatusCode;
@@ -31,7 +31,7 @@ mod needs_single_redis {
         let (_server, server) = cluster.server().await;
         let mut command = cluster.command("worker", &[]);
         command.args(["--addr", "127.0.0.1:0"]);
-        let (_worker, line) = launch(command, "worker").await;
+        let (mut worker, line) = launch(command, "worker").await;
         let base = line
             .split_whitespace()
             .find(|word| word.starts_with("http://"))
@@ -92,5 +92,9 @@ mod needs_single_redis {
         }
         let batches = r#"seckill_order_batch_size_count{writer="worker"} "#;
         assert_eq!(sample(&text, batches), Some("1"), "{text}");
+
+        signal(&worker, "TERM").await;
+        let (_, clean) = exits_within(&mut worker, Duration::from_secs(10)).await;
+        assert!(clean, "SIGTERM ends the observed worker with status 0");
     }
 }
