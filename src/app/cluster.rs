@@ -5,6 +5,7 @@ use crate::config::{ClusterUrls, Config};
 use crate::gate::StockGate;
 use crate::gate::redis::Outbox;
 use crate::gate::redis::RedisGate;
+use crate::http::readiness::Check;
 use crate::lease;
 use crate::limits::Limiter;
 use crate::limits::redis::RedisLimiter;
@@ -190,6 +191,33 @@ impl Cluster {
             worker.run(|stop| drain.run(stop));
         }
         Ok(worker)
+    }
+
+    /// The readiness checks of cluster mode's backends: a `PING` to Redis, and RabbitMQ's
+    /// queues read over a connection of the check's own, where there is RabbitMQ.
+    pub(super) fn checks(&self) -> Vec<Check> {
+        let redis = self.redis.clone();
+        let mut checks = vec![Check {
+            name: "redis",
+            probe: Box::new(move || {
+                let mut redis = redis.clone();
+                Box::pin(async move {
+                    let _: String = redis::cmd("PING").query_async(&mut redis).await?;
+                    Ok(())
+                })
+            }),
+        }];
+        if let Some(amqp) = &self.amqp {
+            let queues = Arc::new(QueueDepths::new(&amqp.url, amqp.topology.clone()));
+            checks.push(Check {
+                name: "amqp",
+                probe: Box::new(move || {
+                    let queues = queues.clone();
+                    Box::pin(async move { queues.read().await.map(drop) })
+                }),
+            });
+        }
+        checks
     }
 
     /// Stops renewing the node-id lease: this process makes no more ids.

@@ -16,6 +16,7 @@ use crate::http::api::guard::Guards;
 use crate::http::extract::AuthKeys;
 use crate::http::images::Images;
 use crate::http::rate_limit::RateLimits;
+use crate::http::readiness::{Check, Readiness};
 use crate::ids::Snowflake;
 use crate::limits::Limiter;
 use crate::limits::local::LocalLimiter;
@@ -32,7 +33,7 @@ use argon2::password_hash::rand_core::{OsRng, RngCore};
 use cluster::Cluster;
 use payments::Payments;
 pub use payments::check_payment_keys;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -235,14 +236,39 @@ impl Core {
         }
     }
 
-    /// Lets the scheduler finish its step, then stops it and the mode's background tasks.
+    /// Starts checking, once a second each, what this process needs to do its job (the
+    /// database and its migrations; in cluster mode Redis, and RabbitMQ where configured):
+    /// the readiness `/readyz` answers from. The tasks run until aborted.
+    fn check_readiness(&self, readiness: &Arc<Readiness>) -> Vec<JoinHandle<()>> {
+        let store = self.store.clone();
+        let mut checks = vec![Check {
+            name: "database",
+            probe: Box::new(move || {
+                let store = store.clone();
+                Box::pin(async move {
+                    match store.missing_migrations().await? {
+                        0 => Ok(()),
+                        n => anyhow::bail!("{n} migrations not applied: run `seckill migrate`"),
+                    }
+                })
+            }),
+        }];
+        if let Mode::Cluster(cluster) = &self.mode {
+            checks.extend(cluster.checks());
+        }
+        readiness.spawn(checks)
+    }
+
+    /// Lets the scheduler finish its step, then stops it and the mode's background tasks; in
+    /// embedded mode, waits until the group commit has written every order it holds.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         if let Some(scheduler) = self.scheduler {
             let _ = scheduler.await;
         }
-        if let Mode::Cluster(cluster) = self.mode {
-            cluster.stop();
+        match self.mode {
+            Mode::Cluster(cluster) => cluster.stop(),
+            Mode::Embedded { commit } => commit.flush().await,
         }
     }
 }
@@ -261,8 +287,80 @@ pub struct App {
     /// the server so the orders of the last buys are stored.
     worker: Option<Worker>,
     /// Housekeeping that holds no state worth finishing (idle limits, ended sessions, shared
-    /// buy counts): aborted at shutdown.
+    /// buy counts, the readiness checks): aborted at shutdown.
     tasks: Vec<JoinHandle<()>>,
+    /// How the server drains when it is told to stop.
+    drain: Drain,
+}
+
+/// How a server drains on SIGTERM or SIGINT: `/readyz` answers `draining` at once, the server
+/// goes on serving for `grace` so load balancers move away, then stops accepting and gives
+/// the requests in progress up to `timeout`.
+#[derive(Debug, Clone, Copy)]
+struct Drain {
+    /// `shutdown_grace_secs`: serving on while load balancers notice.
+    grace: Duration,
+    /// `shutdown_timeout_secs`: how long the requests in progress may take once the server
+    /// stops accepting.
+    timeout: Duration,
+}
+
+impl Drain {
+    fn new(config: &Config) -> Self {
+        Self {
+            grace: Duration::from_secs(config.shutdown_grace_secs),
+            timeout: Duration::from_secs(config.shutdown_timeout_secs),
+        }
+    }
+}
+
+/// The HTTP state of a process over `core`: the auth keys (the configured or stored secret
+/// and admin token), the limits, the images, the streams, and `readiness`. Also whether this
+/// start generated the admin token, which the operator must then be told.
+async fn http_state(
+    config: &Config,
+    core: &Core,
+    clock: SharedClock,
+    revoked: Arc<RevokedSessions>,
+) -> anyhow::Result<(AppState, Option<Secret>)> {
+    let store = core.store.clone();
+    let (secret, _) = secret_setting(&*store, config.secret.as_ref(), TOKEN_SECRET).await?;
+    let (admin_token, generated) =
+        secret_setting(&*store, config.admin_token.as_ref(), ADMIN_TOKEN).await?;
+    if !config.demo && (config.secret.is_none() || config.admin_token.is_none()) {
+        tracing::warn!(
+            "the token secret or the admin token is kept in the database, where whoever can \
+             read it can use it: for a real sale set SECKILL_SECRET and SECKILL_ADMIN_TOKEN \
+             in the environment (README, \"Secrets\")"
+        );
+    }
+    let state = AppState {
+        sale: core.sale.clone(),
+        images: Arc::new(Images::new(store.clone(), config.max_image_bytes)),
+        store,
+        auth: Arc::new(AuthKeys {
+            tokens: TokenSigner::new(
+                secret.expose().as_bytes(),
+                (config.session_ttl_secs * 1000) as i64,
+            ),
+            admin_token: admin_token.clone(),
+            clock,
+            revoked,
+        }),
+        passwords: Arc::new(crate::auth::password::Hasher::per_core()?),
+        limits: Arc::new(RateLimits::new(&config.rate_limit, core.mode.limiter())),
+        guard: Arc::new(Guards {
+            signer: GuardSigner::new(secret.expose().as_bytes()),
+            settings: config.guard.clone(),
+        }),
+        streams: Default::default(),
+        secure_cookies: config.secure_cookies,
+        site: crate::http::origin::Site::new(config.public_url.as_deref()),
+        demo: config.demo,
+        client_ip_header: config.client_ip_header.clone(),
+        readiness: Arc::default(),
+    };
+    Ok((state, generated.then_some(admin_token)))
 }
 
 impl App {
@@ -271,65 +369,32 @@ impl App {
     pub async fn build(config: &Config, clock: SharedClock) -> anyhow::Result<Self> {
         let mut core = Core::build(config, clock.clone()).await?;
         core.start_scheduler();
-        let store = core.store.clone();
-        let (secret, _) = secret_setting(&*store, config.secret.as_ref(), TOKEN_SECRET).await?;
-        let (admin_token, generated) =
-            secret_setting(&*store, config.admin_token.as_ref(), ADMIN_TOKEN).await?;
-        if !config.demo && (config.secret.is_none() || config.admin_token.is_none()) {
-            tracing::warn!(
-                "the token secret or the admin token is kept in the database, where whoever can \
-                 read it can use it: for a real sale set SECKILL_SECRET and SECKILL_ADMIN_TOKEN \
-                 in the environment (README, \"Secrets\")"
-            );
-        }
+        let revoked = Arc::new(RevokedSessions::default());
+        let (state, generated_admin_token) =
+            http_state(config, &core, clock.clone(), revoked.clone()).await?;
         let worker = if config.run_worker {
             core.start_worker(config).await?
         } else {
             None
         };
-        let limits = Arc::new(RateLimits::new(&config.rate_limit, core.mode.limiter()));
-        let revoked = Arc::new(RevokedSessions::default());
         let mut tasks = vec![
-            spawn_forget_idle(limits.clone()),
-            sessions::spawn_sync(store.clone(), revoked.clone(), clock.clone())
+            spawn_forget_idle(state.limits.clone()),
+            sessions::spawn_sync(state.store.clone(), revoked, clock)
                 .await
                 .context("reading the ended sessions")?,
         ];
         if let Mode::Cluster(_) = core.mode {
             tasks.push(spawn_share_buys(core.sale.clone()));
         }
-        let state = AppState {
-            sale: core.sale.clone(),
-            images: Arc::new(Images::new(store.clone(), config.max_image_bytes)),
-            store,
-            auth: Arc::new(AuthKeys {
-                tokens: TokenSigner::new(
-                    secret.expose().as_bytes(),
-                    (config.session_ttl_secs * 1000) as i64,
-                ),
-                admin_token: admin_token.clone(),
-                clock,
-                revoked,
-            }),
-            passwords: Arc::new(crate::auth::password::Hasher::per_core()?),
-            limits,
-            guard: Arc::new(Guards {
-                signer: GuardSigner::new(secret.expose().as_bytes()),
-                settings: config.guard.clone(),
-            }),
-            streams: Default::default(),
-            secure_cookies: config.secure_cookies,
-            site: crate::http::origin::Site::new(config.public_url.as_deref()),
-            demo: config.demo,
-            client_ip_header: config.client_ip_header.clone(),
-        };
+        tasks.extend(core.check_readiness(&state.readiness));
         Ok(Self {
             core,
             state,
             max_body_bytes: config.max_body_bytes,
-            generated_admin_token: generated.then_some(admin_token),
+            generated_admin_token,
             worker,
             tasks,
+            drain: Drain::new(config),
         })
     }
 
@@ -349,20 +414,47 @@ impl App {
         self.generated_admin_token.as_ref()
     }
 
-    /// Serves HTTP on `listener` until `shutdown` completes, then lets requests in flight
-    /// finish (each buy answered only once its order is durable), lets a worker running here
-    /// finish its batches, and stops the background tasks.
+    /// Serves HTTP on `listener` until `stop` completes (the first SIGTERM or SIGINT), then
+    /// drains: `/readyz` answers `draining` at once, the server serves on for
+    /// `shutdown_grace_secs` (cut short when `hurry` completes: a second signal), then stops
+    /// accepting, ends the dashboard streams and lets the requests in progress finish within
+    /// `shutdown_timeout_secs` (each buy answered only once its order is durable). Then a
+    /// worker running here finishes its batches, the group commit writes what it holds, and
+    /// the background tasks stop.
     pub async fn serve(
         self,
         listener: TcpListener,
-        shutdown: impl Future<Output = ()> + Send + 'static,
+        stop: impl Future<Output = ()> + Send + 'static,
+        hurry: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let sandbox = self.core.sandbox.as_ref();
         let router = crate::http::router(self.state.clone(), self.max_body_bytes, sandbox);
+        let Drain { grace, timeout } = self.drain;
+        let (readiness, streams) = (self.state.readiness.clone(), self.state.streams.clone());
+        let draining = async move {
+            stop.await;
+            readiness.drain();
+            tracing::info!(
+                grace_secs = grace.as_secs(),
+                "shutting down: /readyz answers 503 draining; serving on through the grace"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {}
+                () = hurry => tracing::info!("shutting down: a second signal skips the grace"),
+            }
+            tracing::info!(
+                timeout_secs = timeout.as_secs(),
+                "shutting down: stopped accepting; dashboard streams ended; the requests in \
+                 progress finish within the timeout"
+            );
+            streams.end_all();
+        };
         crate::server::serve(listener, router)
             .head_refusal(crate::http::head_too_large(crate::server::MAX_HEAD_BYTES))
-            .with_graceful_shutdown(shutdown)
+            .shutdown_timeout(timeout)
+            .with_graceful_shutdown(draining)
             .await;
+        tracing::info!("shutting down: connections closed; storing what is in hand");
         if let Some(worker) = self.worker {
             worker.stop().await;
         }
@@ -370,6 +462,84 @@ impl App {
         for task in &self.tasks {
             task.abort();
         }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// A worker process (`seckill worker`): the core, cluster mode's consumers, and, when it has
+/// an address, the HTTP face an operator watches it by (`/healthz`, `/readyz`, `/metrics`).
+pub struct WorkerApp {
+    /// The store, the sale service and the mode's parts, stopped last.
+    core: Core,
+    /// The consumers: the outbox drain and RabbitMQ's queues.
+    worker: Worker,
+    /// What the worker's routes see (the admin token and its throttle, the readiness), and
+    /// their body limit.
+    http: (AppState, usize),
+    /// The readiness checks and the throttle's upkeep: aborted at shutdown.
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl WorkerApp {
+    /// Builds the core from `config` and starts the scheduler and the consumers.
+    pub async fn build(config: &Config, clock: SharedClock) -> anyhow::Result<Self> {
+        let mut core = Core::build(config, clock.clone()).await?;
+        // Installed before the consumers start, so their first batches are counted too.
+        crate::http::metrics::install();
+        let revoked = Arc::new(RevokedSessions::default());
+        let (state, _) = http_state(config, &core, clock, revoked).await?;
+        core.start_scheduler();
+        let Some(worker) = core.start_worker(config).await? else {
+            anyhow::bail!("no consumers to run");
+        };
+        let mut tasks = vec![spawn_forget_idle(state.limits.clone())];
+        tasks.extend(core.check_readiness(&state.readiness));
+        Ok(Self {
+            core,
+            worker,
+            http: (state, config.max_body_bytes),
+            tasks,
+        })
+    }
+
+    /// Works until `stop` completes, serving the worker's routes on `listener` if given; then
+    /// `/readyz` answers `draining`, the consumers finish or hand back the batches they hold,
+    /// the listener closes and the background tasks stop.
+    pub async fn run(
+        self,
+        listener: Option<TcpListener>,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let (state, max_body_bytes) = self.http;
+        let (stopped, serving) = watch::channel(false);
+        let server = listener.map(|listener| {
+            let router = crate::http::worker_router(state.clone(), max_body_bytes);
+            let mut serving = serving.clone();
+            tokio::spawn(
+                crate::server::serve(listener, router)
+                    .shutdown_timeout(Duration::from_secs(1))
+                    .with_graceful_shutdown(async move {
+                        let _ = serving.wait_for(|stopped| *stopped).await;
+                    })
+                    .into_future(),
+            )
+        });
+        stop.await;
+        state.readiness.drain();
+        tracing::info!(
+            "shutting down: /readyz answers 503 draining; finishing the batches in hand"
+        );
+        self.worker.stop().await;
+        let _ = stopped.send(true);
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        self.core.stop().await;
+        for task in &self.tasks {
+            task.abort();
+        }
+        tracing::info!("stopped");
         Ok(())
     }
 }

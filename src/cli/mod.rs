@@ -53,7 +53,7 @@ enum Job {
     /// Seed demo users and a demo sale, then exit.
     Demo,
     /// Run the pipeline's consumers (cluster mode): store accepted orders, cancel unpaid ones.
-    Worker,
+    Worker(worker::Args),
     /// Drive a running seckill with a crowd of shoppers, then check the invariants held.
     Bench(seckill_bench::Args),
     /// Check that the stock gate and the database agree, product by product; exits non-zero
@@ -96,7 +96,7 @@ async fn run_job(job: Job, config: Config) -> anyhow::Result<()> {
         Job::Serve(args) => serve::run(config, args).await,
         Job::Migrate => migrate::run(config).await,
         Job::Demo => demo::run(config).await,
-        Job::Worker => worker::run(config).await,
+        Job::Worker(args) => worker::run(config, args).await,
         Job::Bench(args) => bench::run(config, args).await,
         Job::Reconcile(args) => reconcile::run(config, args).await,
     }
@@ -145,11 +145,28 @@ impl<'w> FormatFields<'w> for EscapedFields {
     }
 }
 
-/// A future that completes on SIGINT or SIGTERM: the signal to finish the work in hand and exit.
-/// The handlers are registered here, at the call, not when the future is first awaited: a
-/// process registers before it starts working, so a signal that arrives while it is starting
-/// or working is caught, where the default action would end it on the spot.
-fn shutdown_signal() -> impl Future<Output = ()> + Send {
+/// The operator's requests to stop (SIGINT or SIGTERM), counted: the first means "finish the
+/// work in hand and exit", a second "and do not wait through the grace".
+struct StopSignals(tokio::sync::watch::Receiver<u32>);
+
+impl StopSignals {
+    /// A future that completes once `n` signals have arrived.
+    fn nth(&self, n: u32) -> impl Future<Output = ()> + Send + 'static {
+        let mut count = self.0.clone();
+        async move {
+            if count.wait_for(|&seen| seen >= n).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// Counts SIGINT and SIGTERM from now on. The handlers are registered here, at the call, not
+/// when a future is first awaited: a process registers before it starts working, so a signal
+/// that arrives while it is starting or working is caught, where the default action would end
+/// it on the spot.
+fn shutdown_signals() -> StopSignals {
+    let (count, counted) = tokio::sync::watch::channel(0u32);
     #[cfg(unix)]
     let (mut interrupt, mut terminate) = {
         use tokio::signal::unix::{SignalKind, signal};
@@ -158,16 +175,19 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send {
             signal(SignalKind::terminate()).ok(),
         )
     };
-    async move {
-        #[cfg(unix)]
-        tokio::select! {
-            () = delivery(&mut interrupt) => {},
-            () = delivery(&mut terminate) => {},
+    tokio::spawn(async move {
+        loop {
+            #[cfg(unix)]
+            tokio::select! {
+                () = delivery(&mut interrupt) => {},
+                () = delivery(&mut terminate) => {},
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            count.send_modify(|seen| *seen += 1);
         }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down: finishing the work in flight");
-    }
+    });
+    StopSignals(counted)
 }
 
 /// The next delivery of a registered signal; never, if it could not be registered.

@@ -1,4 +1,5 @@
-//! `seckill serve`: run the server until SIGINT or SIGTERM, then drain and exit.
+//! `seckill serve`: run the server until SIGINT or SIGTERM, then drain and exit (a second signal
+//! skips the drain's grace).
 
 use crate::app::App;
 use crate::clock::{Clock, SystemClock};
@@ -27,8 +28,8 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
         config.http_addr = addr;
     }
     config.run_worker |= args.worker;
-    // Registered before any work starts (see `shutdown_signal`).
-    let stop = super::shutdown_signal();
+    // Registered before any work starts (see `shutdown_signals`).
+    let signals = super::shutdown_signals();
     raise_file_limit();
     config.demo = args.demo;
     if args.demo {
@@ -64,7 +65,7 @@ pub async fn run(mut config: Config, args: Args) -> anyhow::Result<()> {
     if args.demo {
         print_demo_logins();
     }
-    app.serve(listener, stop).await
+    app.serve(listener, signals.nth(1), signals.nth(2)).await
 }
 
 /// Lets the process open as many files as its hard limit allows: every client connection is

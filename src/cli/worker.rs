@@ -1,14 +1,25 @@
 //! `seckill worker`: run cluster mode's consumers until SIGINT or SIGTERM, then finish the
-//! batches in hand, acknowledge them and exit.
+//! batches in hand, acknowledge them and exit. With `--addr` (or `worker_addr`) it serves
+//! `/healthz`, `/readyz` and `/metrics` there.
 
-use crate::app::Core;
+use crate::app::WorkerApp;
 use crate::clock::SystemClock;
 use crate::config::{Config, Deployment};
 use anyhow::bail;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+/// Options of `seckill worker`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Serve `/healthz`, `/readyz` and `/metrics` here (e.g. 0.0.0.0:9090) instead of the
+    /// configured `worker_addr`; neither set, the worker listens nowhere.
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+}
+
 /// Runs the worker.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     if let Deployment::Embedded = config.deployment() {
         bail!(
             "`seckill worker` needs SECKILL_REDIS_URL: in embedded mode `seckill serve` stores \
@@ -17,18 +28,25 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     // Registered before any work starts: a SIGTERM that comes early still means "finish the
     // batches in hand", not an abrupt end.
-    let stop = super::shutdown_signal();
-    let mut core = Core::build(&config, Arc::new(SystemClock)).await?;
-    core.start_scheduler();
-    let Some(worker) = core.start_worker(&config).await? else {
-        bail!("no consumers to run");
+    let signals = super::shutdown_signals();
+    let listener = match args.addr.or(config.worker_addr) {
+        Some(addr) => Some(
+            crate::server::listen(addr)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    let worker = WorkerApp::build(&config, Arc::new(SystemClock)).await?;
+    let observed = match &listener {
+        Some(listener) => format!(
+            "; /healthz, /readyz and /metrics at http://{}/",
+            listener.local_addr()?
+        ),
+        None => String::new(),
     };
     println!(
-        "seckill worker is storing orders (database {})",
+        "seckill worker is storing orders (database {}){observed}",
         config.database_url.redacted()
     );
-    stop.await;
-    worker.stop().await;
-    core.stop().await;
-    Ok(())
+    worker.run(listener, signals.nth(1)).await
 }

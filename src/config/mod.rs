@@ -155,6 +155,17 @@ pub struct Config {
     /// How log lines are written (`SECKILL_LOG_FORMAT`): `text` for people, `json` for a log
     /// collector.
     pub log_format: LogFormat,
+    /// After SIGTERM or SIGINT, how long the server goes on serving while `/readyz` answers
+    /// `503 draining` (`SECKILL_SHUTDOWN_GRACE_SECS`; 0 allowed), so load balancers stop
+    /// sending it requests before it stops accepting them. A second signal skips it.
+    pub shutdown_grace_secs: u64,
+    /// Once the server stops accepting, how long the requests in progress may take to finish
+    /// (`SECKILL_SHUTDOWN_TIMEOUT_SECS`); then their connections are closed, so no client
+    /// holds the process.
+    pub shutdown_timeout_secs: u64,
+    /// Where `seckill worker` serves `/healthz`, `/readyz` and `/metrics`
+    /// (`SECKILL_WORKER_ADDR`, or `worker --addr`). Unset, the worker listens nowhere.
+    pub worker_addr: Option<SocketAddr>,
 }
 
 /// How log lines are written.
@@ -268,6 +279,9 @@ impl Default for Config {
             payment: PaymentConfig::default(),
             alipay: AlipayConfig::default(),
             log_format: LogFormat::default(),
+            shutdown_grace_secs: 5,
+            shutdown_timeout_secs: 10,
+            worker_addr: None,
         }
     }
 }
@@ -342,6 +356,8 @@ impl Config {
             ("preheat_secs", Some(self.preheat_secs)),
             ("amqp_queue_expiry_secs", self.amqp_queue_expiry_secs),
             ("claim_after_ms", Some(self.claim_after_ms / 1000)),
+            ("shutdown_grace_secs", Some(self.shutdown_grace_secs)),
+            ("shutdown_timeout_secs", Some(self.shutdown_timeout_secs)),
         ] {
             if secs.is_some_and(|secs| secs > MAX_DURATION_SECS) {
                 bail!("{name} must be at most ten years");

@@ -1,7 +1,8 @@
 //! `GET /metrics`: what the process measured, in Prometheus text format, for the admin token
 //! only (the numbers tell an outsider how a sale goes). The figures themselves are recorded
 //! where things happen, with the `metrics` macros; this file installs the one recorder of the
-//! process, renders it, and measures every routed request. The gauges of the dashboard's
+//! process (with `seckill_build_info{version,commit}`), renders it, and measures every routed
+//! request. The process's own figures (CPU, memory, open files) are read at each scrape. The gauges of the dashboard's
 //! reading (outbox and queue depths, drift) are brought up to date by the scrape itself.
 
 use super::AppState;
@@ -49,6 +50,12 @@ fn handle() -> &'static PrometheusHandle {
         if let Err(e) = metrics::set_global_recorder(recorder) {
             tracing::warn!(error = %e, "another metrics recorder runs: /metrics is empty");
         }
+        metrics::gauge!(
+            "seckill_build_info",
+            "version" => env!("CARGO_PKG_VERSION"),
+            "commit" => env!("SECKILL_COMMIT"),
+        )
+        .set(1.0);
         let upkeep = handle.clone();
         let spawned = std::thread::Builder::new()
             .name("seckill-metrics".into())
@@ -84,6 +91,7 @@ pub(crate) async fn render(State(state): State<AppState>, _: AdminAuth) -> Respo
         Ok(Err(e)) => tracing::warn!(error = %e, "reading the sale for /metrics"),
         Err(_) => tracing::warn!("reading the sale for /metrics took too long"),
     }
+    super::process_metrics::record();
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], handle().render()).into_response()
 }

@@ -1,5 +1,5 @@
-//! The HTTP face of seckill: the JSON API under `/api/v1`, the pages, static assets, `/metrics`
-//! and `/healthz`. [`router`] lists every route and what runs before its handler; the modules
+//! The HTTP face of seckill: the JSON API under `/api/v1`, the pages, static assets, `/metrics`,
+//! `/healthz` and `/readyz`. [`router`] lists every route and what runs before its handler; the modules
 //! hold the handlers. This layer sees only the sale service and the store trait; it never knows
 //! which backend runs (the router mounts the sandbox payment gateway's routes when the wiring
 //! hands it one).
@@ -16,10 +16,12 @@ pub mod openapi;
 pub mod origin;
 pub mod pages;
 pub mod pay;
+mod process_metrics;
 pub mod rate_limit;
+pub mod readiness;
 mod router;
 
-pub use router::{head_too_large, router};
+pub use router::{head_too_large, router, worker_router};
 
 use crate::auth::password::Hasher;
 use crate::http::extract::AuthKeys;
@@ -57,6 +59,8 @@ pub struct AppState {
     pub site: origin::Site,
     /// A demo sale (`serve --demo`): the sign-in page shows the demo shoppers' logins.
     pub demo: bool,
+    /// What `/readyz` answers: the backends' latest checks, and whether the process drains.
+    pub readiness: Arc<readiness::Readiness>,
 }
 
 impl FromRef<AppState> for Arc<AuthKeys> {

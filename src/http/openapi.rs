@@ -3,6 +3,7 @@
 //! rendered from that same document at `/api/docs`. Both are built once, when the router is.
 
 use super::api::{admin, admin_orders, admin_users, catalog, guard, images, orders, sessions};
+use super::readiness;
 use askama::Template;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -12,8 +13,8 @@ use serde_json::Value;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-/// Every operation under `/api/v1`; a handler left out here is missing from the document, which
-/// the `openapi` API test catches.
+/// Every operation under `/api/v1`, and `/readyz`; a handler left out here is missing from the
+/// document, which the `openapi` API test catches.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -57,6 +58,7 @@ use utoipa::{Modify, OpenApi};
         admin_users::search_users,
         admin_users::disable_user,
         admin_users::enable_user,
+        readiness::readyz,
     ),
     modifiers(&SecuritySchemes),
     tags(
@@ -64,6 +66,7 @@ use utoipa::{Modify, OpenApi};
         (name = "catalog", description = "Sale events and products, open to everybody"),
         (name = "orders", description = "Buying and the buyer's own orders"),
         (name = "admin", description = "The operator's changes, behind the admin token"),
+        (name = "operations", description = "For load balancers and orchestrators"),
     )
 )]
 struct ApiDoc;
@@ -403,7 +406,9 @@ mod tests {
         for op in &page.operations {
             assert!(op.answers.iter().any(|a| a.status == "500"), "{}", op.path);
             for answer in &op.answers {
-                if answer.status.starts_with(['4', '5']) {
+                // `/readyz` tells a load balancer why in its own shape, 503 as 200.
+                let own_shape = op.path == "/readyz" && answer.status == "503";
+                if answer.status.starts_with(['4', '5']) && !own_shape {
                     assert_eq!(answer.schema, "Error", "{} {}", op.path, answer.status);
                     assert!(answer.description.starts_with('`'), "{}", op.path);
                 }

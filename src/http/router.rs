@@ -23,6 +23,7 @@
 
 use super::{
     AppState, admin, api, assets, images, metrics, openapi, origin, pages, pay, rate_limit,
+    readiness,
 };
 use crate::error::{ApiError, AppJson};
 use crate::payment::sandbox::{self, Sandbox};
@@ -72,6 +73,29 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
         Some(sandbox) => app.merge(sandbox_gateway(sandbox)),
         None => app,
     };
+    outermost(routes, max_body_bytes)
+}
+
+/// What `seckill worker --addr` serves: `/healthz`, `/readyz` and `/metrics` (the admin token,
+/// throttled per address as on the server), under the same layers as the server's routes.
+pub fn worker_router(state: AppState, max_body_bytes: usize) -> Router {
+    metrics::install();
+    let app = Router::new()
+        .route("/metrics", get(metrics::render))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            rate_limit::throttle_admin,
+        ))
+        .merge(probes())
+        .route_layer(from_fn(metrics::track))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(state);
+    outermost(app, max_body_bytes)
+}
+
+/// The layers every request meets, routed or not, around `routes`.
+fn outermost(routes: Router, max_body_bytes: usize) -> Router {
     // The layers wrap the routes once, outermost first. (`Router::layer` would wrap each
     // route in each layer, boxed: a request would clone every box under every layer before
     // its handler ran.)
@@ -91,6 +115,14 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .service(routes);
     Router::new().fallback_service(layered)
+}
+
+/// The probes of every process: liveness (`/healthz`, answered while the process serves at
+/// all) and readiness (`/readyz`, read from memory: see [`readiness`]).
+fn probes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readiness::readyz))
 }
 
 /// The headers every answer carries, unless its handler set its own.
@@ -147,7 +179,7 @@ pub fn head_too_large(max_head_bytes: usize) -> Response {
 fn open() -> Router<AppState> {
     let docs = openapi::Docs::build();
     Router::new()
-        .route("/healthz", get(healthz))
+        .merge(probes())
         .route("/static/{*path}", get(assets::serve))
         .route("/images/{id}", get(images::serve))
         .route(

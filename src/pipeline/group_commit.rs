@@ -34,10 +34,17 @@ struct Job {
     done: oneshot::Sender<Result<Persisted, CommitError>>,
 }
 
+/// What the writer's queue carries: orders, and the requests to be told once every order
+/// before them is written.
+enum Message {
+    Order(Job),
+    Flush(oneshot::Sender<()>),
+}
+
 /// Handle to the writer task; cheap to clone.
 #[derive(Clone)]
 pub struct GroupCommit {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Message>,
 }
 
 impl GroupCommit {
@@ -68,12 +75,22 @@ impl GroupCommit {
     pub async fn commit(&self, order: Order) -> Result<Persisted, CommitError> {
         let (done, outcome) = oneshot::channel();
         self.jobs
-            .try_send(Job { order, done })
+            .try_send(Message::Order(Job { order, done }))
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => CommitError::Full,
                 mpsc::error::TrySendError::Closed(_) => CommitError::Stopped,
             })?;
         outcome.await.map_err(|_| CommitError::Stopped)?
+    }
+
+    /// Returns once every order handed over before this call is written (or its batch has
+    /// failed): at shutdown, so that no order is left in the queue when the process exits,
+    /// whether or not its buyer still waits for it.
+    pub async fn flush(&self) {
+        let (done, flushed) = oneshot::channel();
+        if self.jobs.send(Message::Flush(done)).await.is_ok() {
+            let _ = flushed.await;
+        }
     }
 }
 
@@ -97,7 +114,7 @@ impl Durability for GroupCommit {
 /// server, which runs them side by side.
 const BATCHES_IN_FLIGHT: u32 = 2;
 
-async fn write_batches(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>, max_batch: usize) {
+async fn write_batches(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Message>, max_batch: usize) {
     let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT as usize));
     loop {
         // A free slot first, then everything that queued up meanwhile: the batch is as large
@@ -105,16 +122,38 @@ async fn write_batches(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>, max_b
         let Ok(slot) = Arc::clone(&in_flight).acquire_owned().await else {
             break;
         };
-        let mut batch = Vec::with_capacity(max_batch);
-        if rx.recv_many(&mut batch, max_batch).await == 0 {
+        let mut messages = Vec::with_capacity(max_batch);
+        if rx.recv_many(&mut messages, max_batch).await == 0 {
             break;
         }
         metrics::gauge!("seckill_order_queue_depth").set(rx.len() as f64);
-        let store = Arc::clone(&store);
-        tokio::spawn(async move {
-            write_batch(store.as_ref(), batch).await;
+        let mut flushes = Vec::new();
+        let batch: Vec<Job> = messages
+            .into_iter()
+            .filter_map(|message| match message {
+                Message::Order(job) => Some(job),
+                Message::Flush(done) => {
+                    flushes.push(done);
+                    None
+                }
+            })
+            .collect();
+        if batch.is_empty() {
             drop(slot);
-        });
+        } else {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                write_batch(store.as_ref(), batch).await;
+                drop(slot);
+            });
+        }
+        if !flushes.is_empty() {
+            // Every batch taken so far is written once every slot is free again.
+            drop(in_flight.acquire_many(BATCHES_IN_FLIGHT).await);
+            for done in flushes {
+                let _ = done.send(());
+            }
+        }
     }
     // The runtime drops unfinished tasks when this returns: wait for the batches in flight.
     let _ = in_flight.acquire_many(BATCHES_IN_FLIGHT).await;

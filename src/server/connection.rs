@@ -2,7 +2,7 @@
 //! socket while it idles, and closed when its client stalls or idles past a deadline, or when
 //! the server sheds it.
 
-use super::LocalAddr;
+use super::{LocalAddr, Stop};
 use super::activity::Activity;
 use super::heads::HeadEnd;
 use super::limits::PARK_AFTER;
@@ -47,7 +47,7 @@ pub(super) async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     router: Router,
-    mut stop: watch::Receiver<()>,
+    mut stop: watch::Receiver<Stop>,
     open: Open,
 ) {
     let (connections, activity) = (open.connections(), &open.activity);
@@ -108,7 +108,7 @@ async fn serve_until_idle(
     parked: Parked,
     ends: Ends,
     router: &Router,
-    stop: &mut watch::Receiver<()>,
+    stop: &mut watch::Receiver<Stop>,
     connections: &Arc<Connections>,
     activity: &Arc<Activity>,
 ) -> Option<Parked> {
@@ -216,9 +216,15 @@ async fn serve_until_idle(
                 Pin::new(&mut *http).graceful_shutdown();
                 stopping = true;
             }
-            _ = stop.changed(), if !stopping => {
-                Pin::new(&mut *http).graceful_shutdown();
-                stopping = true;
+            told = stop.changed() => {
+                // A server that is gone, or whose shutdown timeout passed, waits for nothing.
+                if told.is_err() || *stop.borrow() == Stop::Now {
+                    return None;
+                }
+                if !stopping {
+                    Pin::new(&mut *http).graceful_shutdown();
+                    stopping = true;
+                }
             }
         }
     }

@@ -105,6 +105,7 @@ pub fn serve(listener: TcpListener, router: Router) -> Serve {
         listener,
         router,
         shutdown: std::future::pending(),
+        shutdown_timeout: None,
         limits: Limits::default(),
         refusal: None,
     }
@@ -118,6 +119,9 @@ pub struct Serve<S = Pending<()>> {
     listener: TcpListener,
     router: Router,
     shutdown: S,
+    /// How long the requests in progress may take once the server stops accepting; unset,
+    /// as long as they take.
+    shutdown_timeout: Option<Duration>,
     limits: Limits,
     /// The answer to a head over the bound; unset, a bare `431`.
     refusal: Option<Response<Body>>,
@@ -133,9 +137,18 @@ impl<S> Serve<S> {
             listener: self.listener,
             router: self.router,
             shutdown: signal,
+            shutdown_timeout: self.shutdown_timeout,
             limits: self.limits,
             refusal: self.refusal,
         }
+    }
+
+    /// Once the shutdown signal completed, the connections still open after `timeout` (a
+    /// request that takes that long, a client that holds its body or its answer back) are
+    /// closed, their requests dropped, so that no client holds the server past it.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = Some(timeout);
+        self
     }
 
     /// Parks connections as soon as they are between requests once more than `connections` are
@@ -208,6 +221,7 @@ where
         listener,
         router,
         shutdown,
+        shutdown_timeout,
         limits,
         refusal,
     } = server;
@@ -235,7 +249,7 @@ where
     );
     // Every connection holds a receiver: `send` tells them to stop, and `closed` waits for
     // the last one to drop its receiver.
-    let (stop, stopped) = watch::channel(());
+    let (stop, stopped) = watch::channel(Stop::Serve);
     let mut tidy = tokio::time::interval(TIDY_EVERY);
     let pause = tokio::time::sleep(Duration::ZERO);
     let mut paused = false;
@@ -283,8 +297,29 @@ where
     }
     drop(listener);
     drop(stopped);
-    let _ = stop.send(());
-    stop.closed().await;
+    let _ = stop.send(Stop::Finish);
+    let Some(timeout) = shutdown_timeout else {
+        return stop.closed().await;
+    };
+    if tokio::time::timeout(timeout, stop.closed()).await.is_err() {
+        tracing::warn!(
+            connections = stop.receiver_count(),
+            "shutdown timeout: closing the connections still open, their requests unfinished"
+        );
+        let _ = stop.send(Stop::Now);
+        stop.closed().await;
+    }
+}
+
+/// What the server tells its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Serving.
+    Serve,
+    /// Shutting down: finish the request in progress, then close.
+    Finish,
+    /// The shutdown timeout passed: close now, whatever is in progress.
+    Now,
 }
 
 /// An accept error that concerns only the connection being accepted.

@@ -227,6 +227,9 @@ pub struct RevokedSession {
 /// Durable storage for every backend.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// How many of this binary's migrations the database lacks, in one round trip: the
+    /// readiness check's question, reachable and up to date (0).
+    async fn missing_migrations(&self) -> StoreResult<usize>;
     /// A generated value kept across restarts: stores `proposed` under `key` unless a value is
     /// already there, and returns the value that is.
     async fn setting_or_insert(&self, key: &str, proposed: &str) -> StoreResult<String>;

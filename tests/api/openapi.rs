@@ -1,5 +1,5 @@
 //! The API described: `/api/openapi.json` documents exactly the routes the router serves under
-//! `/api/v1`, and `/api/docs` lists every one of them.
+//! `/api/v1` and `/readyz`, and `/api/docs` lists every one of them.
 //!
 //! axum cannot list a router's routes, so the routes are read from the source, as
 //! `tests/layers.rs` reads it: every `.route("/api/v1/…", method(…)…)` call under `src/http`.
@@ -24,7 +24,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `(METHOD, path)` of every `.route(…)` call in `source` whose path starts with `/api/v1`.
+/// `(METHOD, path)` of every `.route(…)` call in `source` whose path starts with `/api/v1`, or
+/// is `/readyz` (documented for load balancers).
 fn routes_in(source: &str) -> BTreeSet<(String, String)> {
     let mut routes = BTreeSet::new();
     let calls: Vec<&str> = source.split(".route(").skip(1).collect();
@@ -43,7 +44,7 @@ fn routes_in(source: &str) -> BTreeSet<(String, String)> {
         else {
             continue;
         };
-        if !path.starts_with("/api/v1") {
+        if !(path.starts_with("/api/v1") || path == "/readyz") {
             continue;
         }
         let handlers = &call[call.find(path).unwrap() + path.len()..];

@@ -33,7 +33,13 @@ const PERIOD: Duration = Duration::from_secs(1);
 /// The open dashboard streams of one server, at most [`MAX_STREAMS`]. One per server, not per
 /// process, so that servers sharing a process (the tests') do not share it.
 #[derive(Clone)]
-pub struct Streams(Arc<Semaphore>);
+pub struct Streams {
+    /// The places left.
+    places: Arc<Semaphore>,
+    /// Turns true when the server shuts down: a stream never ends on its own, so each ends
+    /// then, with an `ended` event, and its connection can close.
+    closing: Arc<watch::Sender<bool>>,
+}
 
 impl Default for Streams {
     fn default() -> Self {
@@ -43,13 +49,22 @@ impl Default for Streams {
 
 impl Streams {
     fn new(places: usize) -> Self {
-        Self(Arc::new(Semaphore::new(places)))
+        Self {
+            places: Arc::new(Semaphore::new(places)),
+            closing: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Ends every open stream, and those opened from now on at once: the server is shutting
+    /// down.
+    pub fn end_all(&self) {
+        self.closing.send_replace(true);
     }
 
     /// A place among the open streams, or 503 when all are taken. The place is given back
     /// when the permit drops: when the stream ends, with its session or its client.
     fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
-        self.0.clone().try_acquire_owned().map_err(|_| {
+        self.places.clone().try_acquire_owned().map_err(|_| {
             ApiError::client(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too_many_streams",
@@ -93,8 +108,8 @@ pub(crate) async fn dashboard_page(
 
 /// `GET /admin/dashboard/stream`: an [`Overview`] as JSON in a `snapshot` event every second,
 /// the first at once. A reading that fails is sent as an `unavailable` event, and the next
-/// second tries again. When the session ends (signed out on any server, or expired), an `ended`
-/// event is the last.
+/// second tries again. When the session ends (signed out on any server, or expired), or the
+/// server shuts down, an `ended` event is the last.
 pub(crate) async fn dashboard_stream(
     State(state): State<AppState>,
     session: AdminSession,
@@ -104,6 +119,7 @@ pub(crate) async fn dashboard_stream(
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let feed = Feed {
         news: state.auth.revoked.news(),
+        closing: state.streams.closing.subscribe(),
         state,
         session,
         ticks,
@@ -111,15 +127,15 @@ pub(crate) async fn dashboard_stream(
     };
     let events = stream::unfold(Some(feed), |feed| async move {
         let mut feed = feed?;
-        if feed.next_second().await {
-            let event = feed.snapshot().await;
-            Some((Ok::<_, Infallible>(event), Some(feed)))
-        } else {
-            let ended = Event::default()
-                .event("ended")
-                .data("the session ended: sign in again");
-            Some((Ok(ended), None))
-        }
+        let why = match feed.next_second().await {
+            Ok(()) => {
+                let event = feed.snapshot().await;
+                return Some((Ok::<_, Infallible>(event), Some(feed)));
+            }
+            Err(Ended::Session) => "the session ended: sign in again",
+            Err(Ended::Server) => "the server is shutting down: reload",
+        };
+        Some((Ok(Event::default().event("ended").data(why)), None))
     });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
@@ -137,23 +153,39 @@ struct Feed {
     /// Marked when this process learns of an ended session, so that a sign-out ends the
     /// stream then rather than at its next second.
     news: watch::Receiver<()>,
+    /// Turns true when the server shuts down (see [`Streams::end_all`]).
+    closing: watch::Receiver<bool>,
     /// Its place among the server's open streams, given back when the feed drops.
     _place: OwnedSemaphorePermit,
 }
 
+/// Why a stream ends.
+enum Ended {
+    /// Its session was ended or expired.
+    Session,
+    /// The server is shutting down.
+    Server,
+}
+
 impl Feed {
-    /// Waits for the next second; `false` as soon as the session is over instead. Its cost:
-    /// a clock reading and, only while some session is ended, a lookup in the ended set, once
-    /// a second and once for each session ended meanwhile.
-    async fn next_second(&mut self) -> bool {
+    /// Waits for the next second; an error as soon as the session is over or the server shuts
+    /// down instead. Its cost: a clock reading and, only while some session is ended, a
+    /// lookup in the ended set, once a second and once for each session ended meanwhile.
+    async fn next_second(&mut self) -> Result<(), Ended> {
         loop {
+            if *self.closing.borrow_and_update() {
+                return Err(Ended::Server);
+            }
             tokio::select! {
-                _ = self.ticks.tick() => return self.session.is_on(&self.state),
+                _ = self.ticks.tick() => {
+                    return if self.session.is_on(&self.state) { Ok(()) } else { Err(Ended::Session) };
+                }
                 told = self.news.changed() => {
                     if told.is_err() || !self.session.is_on(&self.state) {
-                        return false;
+                        return Err(Ended::Session);
                     }
                 }
+                _ = self.closing.changed() => {}
             }
         }
     }

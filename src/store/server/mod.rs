@@ -265,6 +265,10 @@ impl Store for ServerStore {
         self.tables.setting(key).await
     }
 
+    async fn missing_migrations(&self) -> StoreResult<usize> {
+        self.tables.missing_migrations().await
+    }
+
     async fn create_user(
         &self,
         username: &Username,

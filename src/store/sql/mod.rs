@@ -433,6 +433,17 @@ impl Tables {
             .ok_or_else(|| sqlx::Error::RowNotFound.into())
     }
 
+    /// See [`crate::store::Store::missing_migrations`].
+    pub async fn missing_migrations(&self) -> StoreResult<usize> {
+        let applied: HashSet<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .collect();
+        let known = self.dialect.migrator().iter();
+        Ok(known.filter(|m| !applied.contains(&m.version)).count())
+    }
+
     /// See [`crate::store::Store::setting`].
     pub async fn setting(&self, key: &str) -> StoreResult<Option<String>> {
         let row = query(&self.sql.setting)

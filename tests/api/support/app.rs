@@ -52,6 +52,8 @@ pub fn test_config(db: &TestDatabase) -> Config {
         database_max_connections: Some(4),
         secret: Some(Secret::new(SECRET.into())),
         admin_token: Some(Secret::new(ADMIN_TOKEN.into())),
+        // A test stops its server at once: no load balancer has to move away first.
+        shutdown_grace_secs: 0,
         ..Config::default()
     };
     config.rate_limit.per_ip_per_sec = 1_000_000;
@@ -105,11 +107,12 @@ impl TestApp {
         let sandbox = app.sandbox().cloned();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
-            app.serve(listener, async {
+            let stop = async {
                 let _ = stopped.await;
-            })
-            .await
-            .unwrap();
+            };
+            app.serve(listener, stop, std::future::pending())
+                .await
+                .unwrap();
         });
         let client = client_builder()
             .pool_max_idle_per_host(4096)

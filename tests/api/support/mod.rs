@@ -13,6 +13,8 @@
 //! - `processes.rs`, `crowd.rs`, `faulty_sale.rs`, `private_redis.rs`, `proxies.rs`: server
 //!   and worker processes of the real binary, crowds buying from them, and the faults a test
 //!   makes (its own Redis or RabbitMQ killed, a link cut).
+//! - `probes.rs`: `/readyz` read as a load balancer does, and SIGTERM sent as a service
+//!   manager does.
 
 pub mod app;
 pub mod backends;
@@ -24,6 +26,7 @@ pub mod http;
 pub mod operator;
 pub mod orders;
 pub mod private_redis;
+pub mod probes;
 pub mod processes;
 pub mod proxies;
 pub mod sandbox;

@@ -113,17 +113,7 @@ impl Cluster {
 
     /// Starts a process and waits for the first line it prints (it is ready then).
     pub async fn start(&self, subcommand: &str, extra: &[(&str, &str)]) -> (Child, String) {
-        let mut child = self.command(subcommand, extra).spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("seckill {subcommand} did not start within 30 s"))
-            .unwrap()
-            .unwrap_or_else(|| panic!("seckill {subcommand} exited before it was ready"));
-        // Keep draining its output so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        (child, line)
+        launch(self.command(subcommand, extra), subcommand).await
     }
 
     /// A server process; returns it and its base URL.
@@ -142,6 +132,22 @@ impl Cluster {
             .to_owned();
         (child, base)
     }
+}
+
+/// Starts `command` (a `seckill <subcommand>` with its stdout piped) and waits for the first
+/// line it prints (it is ready then); returns the process and that line.
+pub async fn launch(mut command: Command, subcommand: &str) -> (Child, String) {
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("seckill {subcommand} did not start within 30 s"))
+        .unwrap()
+        .unwrap_or_else(|| panic!("seckill {subcommand} exited before it was ready"));
+    // Keep draining its output so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, line)
 }
 
 /// A sale over a cluster's processes: the observer, a live product (one unit per buyer), the
@@ -207,6 +213,15 @@ impl Sale {
 /// limit `ulimit -n` (the shell's as it is when `None`); returns it and the address it listens
 /// on. A test reads the process's own memory, or gives it a limit of its own, through it.
 pub async fn embedded_server(db: &TestDatabase, files: Option<u64>) -> (Child, String) {
+    embedded_server_with(db, files, &[]).await
+}
+
+/// [`embedded_server`] with `extra` environment.
+pub async fn embedded_server_with(
+    db: &TestDatabase,
+    files: Option<u64>,
+    extra: &[(&str, &str)],
+) -> (Child, String) {
     let limit = files.map_or(String::new(), |files| format!("ulimit -n {files} && "));
     let mut child = Command::new("sh")
         .args(["-c", &format!("{limit}exec \"$0\" serve")])
@@ -218,6 +233,7 @@ pub async fn embedded_server(db: &TestDatabase, files: Option<u64>) -> (Child, S
         .env("SECKILL_SECRET", SECRET)
         .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
+        .envs(extra.iter().copied())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
