@@ -2,11 +2,11 @@
 //! socket while it idles, and closed when its client stalls or idles past a deadline, or when
 //! the server sheds it.
 
-use super::{LocalAddr, Stop};
 use super::activity::Activity;
 use super::heads::HeadEnd;
 use super::limits::PARK_AFTER;
 use super::table::{Connections, Open};
+use super::{LocalAddr, Stop};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
