@@ -43,3 +43,4 @@ mod sign_out;
 mod store;
 mod stream_sessions;
 mod support;
+mod tls_links;

@@ -13,6 +13,8 @@
 //! - `processes.rs`, `crowd.rs`, `faulty_sale.rs`, `private_redis.rs`, `proxies.rs`: server
 //!   and worker processes of the real binary, crowds buying from them, and the faults a test
 //!   makes (its own Redis or RabbitMQ killed, a link cut).
+//! - `tls_servers.rs`: certificates a test makes, and Redis, PostgreSQL and RabbitMQ servers
+//!   that speak TLS only.
 
 pub mod app;
 pub mod backends;
@@ -29,6 +31,7 @@ pub mod proxies;
 pub mod sandbox;
 pub mod shared_redis;
 pub mod shoppers;
+pub mod tls_servers;
 
 pub use app::{ADMIN_TOKEN, SECRET, TestApp, test_config};
 pub use backends::{Need, TestDatabase, fresh_prefix, local_amqp, redis_url, require};
