@@ -161,8 +161,8 @@ pub async fn connect_with(url: &str, tls: &Tls) -> anyhow::Result<RedisLink> {
     match parse(url).with_context(|| format!("invalid Redis URL {shown}"))? {
         Target::Single(node) => {
             let client = match certificates {
-                Some(certificates) => redis::Client::build_with_tls(node, certificates),
-                None => redis::Client::open(node),
+                Some(certificates) => redis::Client::build_with_tls(*node, certificates),
+                None => redis::Client::open(*node),
             }
             .with_context(|| format!("invalid Redis URL {shown}"))?;
             let config = ConnectionManagerConfig::new()
@@ -221,7 +221,8 @@ pub async fn evalsha<T: redis::FromRedisValue>(
 /// What a URL asks for, checked without any I/O (so start-up errors come before connecting).
 #[derive(Debug)]
 enum Target {
-    Single(ConnectionInfo),
+    /// Boxed: with TLS parameters, one node's settings are far larger than a list.
+    Single(Box<ConnectionInfo>),
     Cluster(Vec<ConnectionInfo>),
 }
 
@@ -250,7 +251,7 @@ fn parse(url: &str) -> anyhow::Result<Target> {
     let info = url
         .into_connection_info()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(Target::Single(info))
+    Ok(Target::Single(Box::new(info)))
 }
 
 /// Reads the part after `redis+cluster://` (or `rediss+cluster://`):

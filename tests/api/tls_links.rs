@@ -6,7 +6,7 @@
 //! They bring their own servers, so they run in every combination, the embedded one included.
 
 use crate::support::private_redis::{Persistence, PrivateRedis};
-use crate::support::tls_servers::{Certificates, TlsPostgres, TlsRedis};
+use crate::support::tls_servers::{Certificates, TlsMariadb, TlsPostgres, TlsRedis};
 use crate::support::{TestApp, TestDatabase, fresh_prefix, test_config};
 use reqwest::StatusCode;
 use seckill::app::App;
@@ -113,41 +113,46 @@ async fn a_server_over_a_tls_only_redis_cluster_sells_exactly_the_stock_in_both_
     }
 }
 
-#[tokio::test]
-async fn postgres_over_verified_tls_works_and_a_stranger_ca_stops_the_start() {
-    let certs = Certificates::make(None);
+/// An embedded server over the database `url` sells exactly the stock; the same URL with a CA
+/// that did not sign the server's certificate, `stranger`, stops the start naming the cause.
+async fn assert_database_tls(url: impl Fn(&Certificates) -> String, certs: &Certificates) {
     let stranger = Certificates::make(None);
-    let postgres = TlsPostgres::start(&certs, &[], LOOPBACK).await;
-    let verified = |ca: &Certificates| {
-        let root = ca.ca();
-        postgres.url(
-            "seckill",
-            &format!("sslmode=verify-full&sslrootcert={}", root.display()),
-        )
-    };
-    let url = verified(&stranger);
-    let refusal = start_refusal(|config| config.database_url = url.parse().unwrap()).await;
+    let refused = url(&stranger);
+    let refusal = start_refusal(|config| config.database_url = refused.parse().unwrap()).await;
     assert!(refusal.contains("database"), "{refusal}");
     assert!(refusal.contains("certificate"), "{refusal}");
-
-    let db = Arc::new(TestDatabase::on_own_server(verified(&certs)));
-    let app = TestApp::spawn_on(db.clone(), Arc::new(SystemClock), |config| {
-        // Embedded: each order is in PostgreSQL before its buyer is answered.
+    let db = Arc::new(TestDatabase::on_own_server(url(certs)));
+    let app = TestApp::spawn_on(db, Arc::new(SystemClock), |config| {
+        // Embedded: each order is in the database before its buyer is answered.
         config.redis_url = None;
         config.amqp_url = None;
         config.run_worker = false;
     })
     .await;
     assert_sells_exactly_the_stock(&app).await;
-    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-    let encrypted: bool =
-        sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert!(encrypted);
-    pool.close().await;
     app.stop().await;
+}
+
+#[tokio::test]
+async fn mariadb_over_verified_tls_works_and_a_stranger_ca_stops_the_start() {
+    let certs = Certificates::make(None);
+    let mariadb = TlsMariadb::start(&certs, &[], LOOPBACK).await;
+    let url = |ca: &Certificates| {
+        let options = format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca.ca().display());
+        mariadb.url("seckill", &options)
+    };
+    assert_database_tls(url, &certs).await;
+}
+
+#[tokio::test]
+async fn postgres_over_verified_tls_works_and_a_stranger_ca_stops_the_start() {
+    let certs = Certificates::make(None);
+    let postgres = TlsPostgres::start(&certs, &[], LOOPBACK).await;
+    let url = |ca: &Certificates| {
+        let options = format!("sslmode=verify-full&sslrootcert={}", ca.ca().display());
+        postgres.url("seckill", &options)
+    };
+    assert_database_tls(url, &certs).await;
 }
 
 mod needs_amqp {

@@ -1,7 +1,8 @@
 //! Servers of a test's own that speak TLS only, with certificates the test makes (the `openssl`
 //! command): a CA, a server certificate it signs and a client certificate, then a Redis with a
 //! TLS port only (one node, or a cluster whose nodes talk TLS among themselves), a PostgreSQL
-//! that accepts `hostssl` connections only, and a RabbitMQ node with a TLS listener only.
+//! that accepts `hostssl` connections only, a MariaDB with `require_secure_transport`, and a
+//! RabbitMQ node with a TLS listener only.
 //!
 //! Each launcher takes the address to bind and a command prefix to run the server under (empty,
 //! or e.g. `["ip", "netns", "exec", "host1"]` for a network namespace); the server is found
@@ -304,11 +305,16 @@ fn postgres_bin() -> PathBuf {
         .expect("no /usr/lib/postgresql/*/bin/postgres")
 }
 
+/// Whether the tests run as root, which database servers refuse unless told otherwise.
+fn as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Who runs PostgreSQL: itself, or (PostgreSQL refuses root) the `postgres` account, as a
 /// `setpriv` prefix and its user and group ids.
 fn postgres_account() -> Option<(Vec<String>, u32, u32)> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !as_root() {
         return None;
     }
     let id = |flag: &str| {
@@ -446,6 +452,89 @@ impl Drop for TlsPostgres {
             // SAFETY: kill has no memory preconditions; the pid is the postmaster's.
             unsafe { libc::kill(pid, libc::SIGQUIT) };
         }
+    }
+}
+
+/// A MariaDB of a test's own that refuses connections without TLS
+/// (`require_secure_transport`), with a user `seckill` (password `seckill`) allowed from
+/// anywhere, on a free port.
+pub struct TlsMariadb {
+    /// The address it listens on.
+    bind: IpAddr,
+    /// Its port.
+    pub port: u16,
+    /// Its data directory and socket, removed with it.
+    _dir: TempDir,
+    /// The running server, killed when dropped.
+    _server: Child,
+}
+
+impl TlsMariadb {
+    /// Makes a data directory and starts the server on it with `certs`' server certificate.
+    pub async fn start(certs: &Certificates, prefix: &[&str], bind: IpAddr) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        let user: &[&str] = if as_root() { &["--user=root"] } else { &[] };
+        let install = command(prefix, "mariadb-install-db")
+            .args(["--no-defaults", &format!("--datadir={}", path("data"))])
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .args(user)
+            .output()
+            .await
+            .expect("this test needs MariaDB's server (mariadb-install-db)");
+        assert!(
+            install.status.success(),
+            "mariadb-install-db: {}",
+            String::from_utf8_lossy(&install.stderr)
+        );
+        let port = free_port();
+        let file = |name: &str| certs.file(name).display().to_string();
+        let server = command(prefix, "mariadbd")
+            .args(["--no-defaults", &format!("--datadir={}", path("data"))])
+            .args(user)
+            .args([format!("--port={port}"), format!("--bind-address={bind}")])
+            .args([
+                format!("--socket={}", path("socket")),
+                format!("--pid-file={}", path("pid")),
+            ])
+            .args([
+                format!("--ssl-ca={}", file("ca.pem")),
+                format!("--ssl-cert={}", file("server.pem")),
+            ])
+            .args([format!("--ssl-key={}", file("server.key"))])
+            .args([
+                "--require-secure-transport=ON",
+                "--skip-log-bin",
+                "--innodb-buffer-pool-size=16M",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting mariadbd");
+        let grant = [
+            format!("--socket={}", path("socket")),
+            "-uroot".to_owned(),
+            "-e".to_owned(),
+            "CREATE USER IF NOT EXISTS 'seckill'@'%' IDENTIFIED BY 'seckill'; \
+             GRANT ALL ON *.* TO 'seckill'@'%'"
+                .to_owned(),
+        ];
+        until_it_succeeds(prefix, "mariadb", &grant, "MariaDB did not start").await;
+        Self {
+            bind,
+            port,
+            _dir: dir,
+            _server: server,
+        }
+    }
+
+    /// The URL of database `name` with `options` (sqlx's TLS parameters).
+    pub fn url(&self, name: &str, options: &str) -> String {
+        format!(
+            "mysql://seckill:seckill@{}:{}/{name}?{options}",
+            self.bind, self.port
+        )
     }
 }
 
