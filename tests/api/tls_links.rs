@@ -186,3 +186,40 @@ mod needs_amqp {
         app.stop().await;
     }
 }
+
+#[tokio::test]
+async fn a_plain_link_is_named_with_a_warning_in_the_start_up_log() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let redis = PrivateRedis::start(Persistence::None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("seckill.db").display());
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("SECKILL_DATABASE_URL", database)
+        .env("SECKILL_REDIS_URL", redis.url())
+        .env("SECKILL_REDIS_KEY_PREFIX", fresh_prefix())
+        .env("SECKILL_HTTP_ADDR", "127.0.0.1:0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let named = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("backend link") {
+                return line;
+            }
+        }
+        panic!("seckill serve ended without naming its links");
+    })
+    .await
+    .expect("no line names the links within 30 s");
+    for word in ["WARN", "plain text", "redis_url", &redis.url()] {
+        assert!(named.contains(word), "{word:?} missing: {named}");
+    }
+    server.kill().await.unwrap();
+}
