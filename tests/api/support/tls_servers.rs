@@ -542,6 +542,48 @@ impl TlsMariadb {
 /// `rabbitmq` user and its data directory).
 const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 
+/// A RabbitMQ node of a test's own, run under `prefix`: named `node`, its data, logs,
+/// plugins and configuration (`rabbitmq.conf`, which says its listeners) in `dir`, in a
+/// process group of its own (kill the group to kill everything it forks); fails the test when
+/// RabbitMQ is not installed.
+pub fn rabbitmq_node(prefix: &[&str], dir: &Path, node: &str, dist_port: u16) -> Command {
+    assert!(
+        Path::new(RABBITMQ_SERVER).exists(),
+        "this test needs RabbitMQ's server installed ({RABBITMQ_SERVER}; scripts/services \
+         rabbitmq installs it)"
+    );
+    let path = |name: &str| dir.join(name);
+    if !path("enabled_plugins").exists() {
+        std::fs::write(path("enabled_plugins"), "").unwrap();
+    }
+    let mut command = command(prefix, RABBITMQ_SERVER);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("RABBITMQ_NODENAME", node)
+        .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+        .env("RABBITMQ_MNESIA_BASE", path("mnesia"))
+        .env("RABBITMQ_LOG_BASE", path("log"))
+        .env("RABBITMQ_PID_FILE", path("rabbitmq.pid"))
+        .env("RABBITMQ_ENABLED_PLUGINS_FILE", path("enabled_plugins"))
+        .env("RABBITMQ_CONFIG_FILE", path("rabbitmq.conf"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    command
+}
+
+/// Kills a RabbitMQ node started by [`rabbitmq_node`] and everything it forked, with SIGKILL.
+pub fn kill_rabbitmq_node(server: &Child) {
+    if let Some(group) = server.id() {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{group}")])
+            .status();
+    }
+}
+
 /// A RabbitMQ node of a test's own with a TLS listener only (`listeners.tcp = none`), its own
 /// node name, ports and data directory; `guest` may connect from anywhere.
 pub struct TlsRabbit {
@@ -559,18 +601,11 @@ impl TlsRabbit {
     /// Starts a node with `certs`' server certificate and waits until a client trusting the
     /// test's CA connects.
     pub async fn start(certs: &Certificates, prefix: &[&str], bind: IpAddr) -> Self {
-        assert!(
-            Path::new(RABBITMQ_SERVER).exists(),
-            "this test needs RabbitMQ's server installed ({RABBITMQ_SERVER}; scripts/services \
-             rabbitmq installs it)"
-        );
         let dir = tempfile::tempdir().unwrap();
-        let path = |name: &str| dir.path().join(name);
         let (port, dist_port) = (free_port(), free_port());
         let file = |name: &str| certs.file(name).display().to_string();
-        std::fs::write(path("enabled_plugins"), "").unwrap();
         std::fs::write(
-            path("rabbitmq.conf"),
+            dir.path().join("rabbitmq.conf"),
             format!(
                 "disk_free_limit.absolute = 1MB\nloopback_users = none\nlisteners.tcp = none\n\
                  listeners.ssl.default = {bind}:{port}\nssl_options.cacertfile = {}\n\
@@ -583,21 +618,7 @@ impl TlsRabbit {
         )
         .unwrap();
         let node = format!("seckill-tls-{}-{port}@localhost", std::process::id());
-        let server = command(prefix, RABBITMQ_SERVER)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", dir.path())
-            .env("RABBITMQ_NODENAME", &node)
-            .env("RABBITMQ_DIST_PORT", dist_port.to_string())
-            .env("RABBITMQ_MNESIA_BASE", path("mnesia"))
-            .env("RABBITMQ_LOG_BASE", path("log"))
-            .env("RABBITMQ_PID_FILE", path("rabbitmq.pid"))
-            .env("RABBITMQ_ENABLED_PLUGINS_FILE", path("enabled_plugins"))
-            .env("RABBITMQ_CONFIG_FILE", path("rabbitmq.conf"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true)
+        let server = rabbitmq_node(prefix, dir.path(), &node, dist_port)
             .spawn()
             .expect("starting rabbitmq-server");
         let rabbit = Self {
@@ -641,10 +662,6 @@ impl TlsRabbit {
 /// Kills the node and everything it forked.
 impl Drop for TlsRabbit {
     fn drop(&mut self) {
-        if let Some(group) = self.server.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{group}")])
-                .status();
-        }
+        kill_rabbitmq_node(&self.server);
     }
 }
