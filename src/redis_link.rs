@@ -2,8 +2,8 @@
 //! and a Redis Cluster.
 //!
 //! The rest of seckill talks to Redis through `redis::aio::ConnectionLike` only (commands,
-//! pipelines, `redis::Script::invoke_async`), so it does not care which kind it got: [`connect`]
-//! picks the kind from the URL and [`RedisLink`] hides the difference.
+//! pipelines, `redis::Script::invoke_async`), so it does not care which kind it got:
+//! [`connect_with`] picks the kind (and TLS) from the URL and [`RedisLink`] hides the difference.
 //!
 //! Two things callers must still respect on a cluster:
 //! - every key one command, script or pipeline touches must hash to the same slot: give such keys
@@ -20,7 +20,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::{Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, Value};
+use redis::{
+    ClientTlsConfig, Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture,
+    TlsCertificates, TlsMode, Value,
+};
 
 /// How long one attempt to open a TCP connection to a node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,8 +34,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Blocking reads (XREADGROUP BLOCK, BLPOP) need their own connection with a longer timeout.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The scheme that marks a comma-separated list of cluster seed nodes.
-const CLUSTER_SCHEME: &str = "redis+cluster://";
+/// The schemes that mark a comma-separated list of cluster seed nodes, plain and over TLS, with
+/// the scheme of each seed's own URL.
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis://"),
+    ("rediss+cluster://", "rediss://"),
+];
 
 /// A cloneable, multiplexed connection to either a single Redis or a Redis Cluster.
 ///
@@ -101,6 +108,38 @@ impl ConnectionLike for RedisLink {
     }
 }
 
+/// What a TLS link to Redis trusts and presents, as PEM text (read from the files the
+/// configuration names). Both unset: the system's roots, no client certificate.
+#[derive(Clone, Default)]
+pub struct Tls {
+    /// The private CA that signed the servers' certificates, trusted instead of the system's
+    /// roots.
+    pub ca: Option<Vec<u8>>,
+    /// The client certificate chain and its private key, for servers that ask for one.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Tls {
+    /// The driver's form, when anything is set (else the driver's defaults apply).
+    fn certificates(&self) -> Option<TlsCertificates> {
+        (self.ca.is_some() || self.client.is_some()).then(|| TlsCertificates {
+            client_tls: self
+                .client
+                .clone()
+                .map(|(client_cert, client_key)| ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
+            root_cert: self.ca.clone(),
+        })
+    }
+}
+
+/// Connects to a Redis without client certificates or a private CA: see [`connect_with`].
+pub async fn connect(url: &str) -> anyhow::Result<RedisLink> {
+    connect_with(url, &Tls::default()).await
+}
+
 /// Connects to a single Redis or a Redis Cluster, chosen by the URL:
 ///
 /// - `redis://[user:password@]host:port[/db]`: a single Redis (also `valkey://`, `redis+unix://`);
@@ -108,18 +147,24 @@ impl ConnectionLike for RedisLink {
 ///   reachable one is enough; the driver discovers the others);
 /// - `redis://host:port,redis://host:port,...`: a cluster as well, the seeds as full URLs.
 ///
-/// `rediss://` (TLS) is refused with a clear message: this build leaves out the driver's TLS
-/// features (they pull a TLS stack in for a deployment that does not use it yet).
+/// Each over TLS as `rediss://`, `rediss+cluster://` and a list of `rediss://` URLs, with
+/// `tls`'s CA and client certificate; the driver's `#insecure` skips the certificate's check.
+/// A TLS URL never falls back to plain text, and a certificate that does not verify fails the
+/// connection with the reason.
 ///
 /// Both kinds wait up to 5 s for a connection and 5 s for each reply. It fails when no node
 /// answers, naming the URL without its credentials, so a wrong `redis_url` stops the start-up
 /// instead of failing the first purchase.
-pub async fn connect(url: &str) -> anyhow::Result<RedisLink> {
+pub async fn connect_with(url: &str, tls: &Tls) -> anyhow::Result<RedisLink> {
     let shown = crate::redact::url(url);
+    let certificates = tls.certificates();
     match parse(url).with_context(|| format!("invalid Redis URL {shown}"))? {
         Target::Single(node) => {
-            let client =
-                redis::Client::open(node).with_context(|| format!("invalid Redis URL {shown}"))?;
+            let client = match certificates {
+                Some(certificates) => redis::Client::build_with_tls(*node, certificates),
+                None => redis::Client::open(*node),
+            }
+            .with_context(|| format!("invalid Redis URL {shown}"))?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(CONNECT_TIMEOUT))
                 .set_response_timeout(Some(RESPONSE_TIMEOUT));
@@ -129,9 +174,21 @@ pub async fn connect(url: &str) -> anyhow::Result<RedisLink> {
             Ok(RedisLink::Single(connection))
         }
         Target::Cluster(nodes) => {
-            let client = ClusterClientBuilder::new(nodes)
+            let insecure = matches!(
+                nodes[0].addr(),
+                redis::ConnectionAddr::TcpTls { insecure: true, .. }
+            );
+            let mut builder = ClusterClientBuilder::new(nodes)
                 .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(RESPONSE_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT);
+            if let Some(certificates) = certificates {
+                // Given certificates, the builder assumes verified TLS: keep `#insecure`.
+                if insecure {
+                    builder = builder.tls(TlsMode::Insecure);
+                }
+                builder = builder.certs(certificates);
+            }
+            let client = builder
                 .build()
                 .with_context(|| format!("invalid Redis Cluster URL {shown}"))?;
             let connection = client
@@ -164,7 +221,8 @@ pub async fn evalsha<T: redis::FromRedisValue>(
 /// What a URL asks for, checked without any I/O (so start-up errors come before connecting).
 #[derive(Debug)]
 enum Target {
-    Single(ConnectionInfo),
+    /// Boxed: with TLS parameters, one node's settings are far larger than a list.
+    Single(Box<ConnectionInfo>),
     Cluster(Vec<ConnectionInfo>),
 }
 
@@ -178,14 +236,10 @@ fn parse(url: &str) -> anyhow::Result<Target> {
         url.get(..prefix.len())
             .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
     };
-    if has_prefix("rediss") || has_prefix("valkeys") {
-        bail!(
-            "TLS (rediss://) is not supported by this build: the redis crate is built without \
-             its TLS features; use redis:// on a trusted network or a TLS tunnel"
-        );
-    }
-    if has_prefix(CLUSTER_SCHEME) {
-        return parse_cluster_seeds(&url[CLUSTER_SCHEME.len()..]).map(Target::Cluster);
+    for (cluster, node) in CLUSTER_SCHEMES {
+        if has_prefix(cluster) {
+            return parse_cluster_seeds(node, &url[cluster.len()..]).map(Target::Cluster);
+        }
     }
     if url.contains(',') {
         let nodes = url
@@ -197,15 +251,21 @@ fn parse(url: &str) -> anyhow::Result<Target> {
     let info = url
         .into_connection_info()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(Target::Single(info))
+    Ok(Target::Single(Box::new(info)))
 }
 
-/// Reads the part after `redis+cluster://`: `[userinfo@]host:port,host:port,...[/0]`. The
-/// credentials, if any, apply to every node (a cluster has one set of them).
-fn parse_cluster_seeds(rest: &str) -> anyhow::Result<Vec<ConnectionInfo>> {
+/// Reads the part after `redis+cluster://` (or `rediss+cluster://`):
+/// `[userinfo@]host:port,host:port,...[/0][#insecure]`. The credentials, if any, and TLS's
+/// `#insecure` apply to every node (a cluster has one set of them); each seed becomes a
+/// `scheme` URL.
+fn parse_cluster_seeds(scheme: &str, rest: &str) -> anyhow::Result<Vec<ConnectionInfo>> {
     let (userinfo, rest) = match rest.rfind('@') {
         Some(at) => rest.split_at(at + 1),
         None => ("", rest),
+    };
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, "insecure")) if scheme == "rediss://" => (rest, "#insecure"),
+        _ => (rest, ""),
     };
     let (hosts, path) = match rest.find(['/', '?', '#']) {
         Some(at) => rest.split_at(at),
@@ -220,7 +280,7 @@ fn parse_cluster_seeds(rest: &str) -> anyhow::Result<Vec<ConnectionInfo>> {
         .filter(|host| !host.is_empty())
         .map(|host| {
             if host.contains(':') {
-                node(&format!("redis://{userinfo}{host}"))
+                node(&format!("{scheme}{userinfo}{host}{fragment}"))
             } else {
                 bail!("seed node {host:?} has no port (write host:port)")
             }
@@ -322,6 +382,36 @@ mod tests {
         assert_eq!(addrs(&nodes), ["a:7000", "b:7001"]);
     }
 
+    /// Whether a node is reached over TLS, and whether its certificate is checked.
+    fn tls(node: &ConnectionInfo) -> Option<bool> {
+        match node.addr() {
+            redis::ConnectionAddr::TcpTls { insecure, .. } => Some(!insecure),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn every_form_works_over_tls_and_insecure_reaches_every_seed() {
+        let Ok(Target::Single(info)) = parse("rediss://:pw@h:6380") else {
+            panic!("expected a single target");
+        };
+        assert_eq!(tls(&info), Some(true));
+        let Ok(Target::Cluster(nodes)) = parse("rediss+cluster://:pw@h:7000,h:7001#insecure")
+        else {
+            panic!("expected a cluster target");
+        };
+        assert_eq!(addrs(&nodes), ["h:7000", "h:7001"]);
+        assert!(nodes.iter().all(|node| tls(node) == Some(false)));
+        let Ok(Target::Cluster(nodes)) = parse("rediss://a:7000,rediss://b:7001") else {
+            panic!("expected a cluster target");
+        };
+        assert!(nodes.iter().all(|node| tls(node) == Some(true)));
+        let Ok(Target::Cluster(nodes)) = parse("redis+cluster://a:7000") else {
+            panic!("expected a cluster target");
+        };
+        assert_eq!(tls(&nodes[0]), None);
+    }
+
     #[test]
     fn refusals_never_show_credentials() {
         let message = match parse("redis://u:secret@a:7000,redis://u:secret@b:7001/5") {
@@ -338,7 +428,6 @@ mod tests {
             Err(e) => format!("{e:#}"),
         };
         assert!(error("").contains("empty"));
-        assert!(error("rediss://h:6380").contains("TLS"));
         assert!(
             error("http://h:6379").contains("URL"),
             "{}",

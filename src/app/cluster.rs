@@ -1,6 +1,7 @@
 //! Cluster mode's parts: the shared Redis (stock gate, outbox, node-id lease, scheduler lock)
 //! and, when configured, RabbitMQ (the relay, the delay queue and the paid queue).
 
+use crate::config::RedisTlsFiles;
 use crate::config::{ClusterUrls, Config};
 use crate::gate::StockGate;
 use crate::gate::redis::Outbox;
@@ -9,19 +10,21 @@ use crate::http::readiness::Check;
 use crate::lease;
 use crate::limits::Limiter;
 use crate::limits::redis::RedisLimiter;
-use crate::pipeline::amqp::Topology;
 use crate::pipeline::amqp::consumers::{CancelOverdue, Consume, StoreOrders};
 use crate::pipeline::amqp::depths::QueueDepths;
 use crate::pipeline::amqp::payments::{AmqpPayments, ApplyPayments};
 use crate::pipeline::amqp::publisher::Publisher;
 use crate::pipeline::amqp::relay::Relay;
+use crate::pipeline::amqp::{Broker, Topology};
 use crate::pipeline::drain::{Drain, Sink, StoreSink};
 use crate::pipeline::fleet::ClusterFleet;
 use crate::pipeline::leader::Leadership;
 use crate::pipeline::worker::Worker;
-use crate::redis_link::RedisLink;
+use crate::redis_link::{RedisLink, Tls};
 use crate::sale::{Fleet, PaymentQueue, SaleService};
 use crate::store::Store;
+use anyhow::Context;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -47,18 +50,50 @@ pub struct Cluster {
 
 /// RabbitMQ's address and this deployment's names on it.
 struct Amqp {
-    /// Where RabbitMQ listens, credentials included: each publisher and consumer connects
-    /// with it.
-    url: String,
+    /// Where RabbitMQ listens, credentials included, and what its TLS link trusts: each
+    /// publisher and consumer connects with it.
+    broker: Broker,
     /// This deployment's exchange and queue names and their options (`amqp_prefix`, expiry,
     /// quorum queues).
     topology: Topology,
 }
 
+impl Amqp {
+    /// RabbitMQ's broker and names, when configured, after one connection that declares the
+    /// topology.
+    async fn connect(config: &Config, urls: ClusterUrls<'_>) -> anyhow::Result<Option<Self>> {
+        let Some(url) = urls.amqp_url else {
+            return Ok(None);
+        };
+        let ca = match urls.amqp_ca_file {
+            Some(file) => Some(
+                String::from_utf8(pem_file(file, "amqp_ca_file")?)
+                    .context("amqp_ca_file is not PEM text")?,
+            ),
+            None => None,
+        };
+        let amqp = Self {
+            broker: Broker {
+                url: url.to_owned(),
+                ca,
+            },
+            topology: Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
+                .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000))
+                .quorum(config.amqp_quorum_queues),
+        };
+        crate::pipeline::amqp::connect(&amqp.broker, &amqp.topology).await?;
+        Ok(Some(amqp))
+    }
+}
+
 impl Cluster {
-    /// Connects to Redis and leases a node id (unless one is configured).
+    /// Connects to Redis, then to RabbitMQ once (so an unreachable broker or a certificate
+    /// that does not verify stops the start instead of failing the first publish), and leases
+    /// a node id (unless one is configured).
     pub(super) async fn connect(config: &Config, urls: ClusterUrls<'_>) -> anyhow::Result<Self> {
-        let redis = crate::redis_link::connect(urls.redis_url).await?;
+        let tls = redis_tls(urls.redis_tls)?;
+        let redis = crate::redis_link::connect_with(urls.redis_url, &tls).await?;
+        let amqp = Amqp::connect(config, urls).await?;
         crate::gate::redis::warn_unless_durable(&redis).await;
         let prefix = config.redis_key_prefix.clone();
         let (node_id, lease) = match config.node_id {
@@ -73,12 +108,6 @@ impl Cluster {
                 (lease.node_id, Some(lease.renewal))
             }
         };
-        let amqp = urls.amqp_url.map(|url| Amqp {
-            url: url.to_owned(),
-            topology: Topology::new(&config.amqp_prefix, config.payment_window_secs * 1000)
-                .expiring(config.amqp_queue_expiry_secs.map(|s| s * 1000))
-                .quorum(config.amqp_quorum_queues),
-        });
         Ok(Self {
             gate: Arc::new(RedisGate::new(
                 redis.clone(),
@@ -106,7 +135,7 @@ impl Cluster {
     /// RabbitMQ's paid queue, when there is RabbitMQ.
     pub(super) fn payment_queue(&self) -> Option<Arc<dyn PaymentQueue>> {
         self.amqp.as_ref().map(|amqp| {
-            let publisher = Publisher::new(&amqp.url, amqp.topology.clone());
+            let publisher = Publisher::new(&amqp.broker, amqp.topology.clone());
             Arc::new(AmqpPayments(publisher)) as Arc<dyn PaymentQueue>
         })
     }
@@ -116,7 +145,7 @@ impl Cluster {
         let queues = self
             .amqp
             .as_ref()
-            .map(|amqp| QueueDepths::new(&amqp.url, amqp.topology.clone()));
+            .map(|amqp| QueueDepths::new(&amqp.broker, amqp.topology.clone()));
         Arc::new(ClusterFleet::new(
             self.redis.clone(),
             &self.prefix,
@@ -151,10 +180,8 @@ impl Cluster {
                 Arc::new(StoreSink(store))
             }
             Some(amqp) => {
-                // Fail at start, not in a loop, if the broker is unreachable.
-                crate::pipeline::amqp::connect(&amqp.url, &amqp.topology).await?;
                 let consume = |queue: String| Consume {
-                    url: amqp.url.clone(),
+                    broker: amqp.broker.clone(),
                     topology: amqp.topology.clone(),
                     queue,
                     max_batch: config.max_batch,
@@ -177,7 +204,7 @@ impl Cluster {
                 let queue = consume(topology.paid_queue());
                 worker.run(|stop| queue.run(payments, stop));
                 tracing::info!("worker: relaying the outbox to RabbitMQ and consuming its queues");
-                Arc::new(Relay(Publisher::new(&amqp.url, topology.clone())))
+                Arc::new(Relay(Publisher::new(&amqp.broker, topology.clone())))
             }
         };
         let drain = Drain {
@@ -226,4 +253,27 @@ impl Cluster {
             lease.abort();
         }
     }
+}
+
+/// The PEM text of the TLS files of a `rediss://` link.
+fn redis_tls(files: RedisTlsFiles<'_>) -> anyhow::Result<Tls> {
+    let client = match files.client {
+        Some((cert, key)) => Some((
+            pem_file(cert, "redis_client_cert_file")?,
+            pem_file(key, "redis_client_key_file")?,
+        )),
+        None => None,
+    };
+    Ok(Tls {
+        ca: files
+            .ca
+            .map(|ca| pem_file(ca, "redis_ca_file"))
+            .transpose()?,
+        client,
+    })
+}
+
+/// A certificate or key file the setting `key` names, read at start so a missing one stops it.
+fn pem_file(file: &Path, key: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(file).with_context(|| format!("reading {key} {}", file.display()))
 }

@@ -9,7 +9,7 @@ use crate::auth::TokenSigner;
 use crate::auth::guard::GuardSigner;
 use crate::auth::revocation::RevokedSessions;
 use crate::clock::SharedClock;
-use crate::config::{Config, Deployment, Secret};
+use crate::config::{Config, Deployment, Protection, Secret};
 use crate::gate::memory::MemoryGate;
 use crate::http::AppState;
 use crate::http::api::guard::Guards;
@@ -45,6 +45,19 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     crate::store::open(&config.database_url, config.database_max_connections)
         .await
         .with_context(|| format!("opening the database {}", config.database_url.redacted()))
+}
+
+/// Names every link to a backend server with its protection, once at start: one line each, a
+/// warning unless it is TLS with the server's certificate verified.
+fn log_links(config: &Config) {
+    for link in config.links() {
+        let (setting, url, protection) = (link.setting, link.shown, link.protection);
+        if protection == Protection::Verified {
+            tracing::info!(setting, %url, "backend link: {protection}");
+        } else {
+            tracing::warn!(setting, %url, "backend link: {protection}");
+        }
+    }
 }
 
 fn random_secret() -> String {
@@ -187,6 +200,7 @@ impl Core {
     /// Builds every backend from `config` and rebuilds the stock gate from the database.
     pub async fn build(config: &Config, clock: SharedClock) -> anyhow::Result<Self> {
         config.validate()?;
+        log_links(config);
         let store = open_store(config).await?;
         let mode = Mode::build(config, &store).await?;
         let ids = Snowflake::new(mode.node_id(config), clock.clone())?;

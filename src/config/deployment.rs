@@ -3,6 +3,8 @@
 //! differs between the two asks this value, never `redis_url` itself.
 
 use super::Config;
+use super::links::RedisTlsFiles;
+use std::path::Path;
 
 /// How this deployment's processes share a sale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,8 +20,13 @@ pub enum Deployment<'a> {
 pub struct ClusterUrls<'a> {
     /// Redis: the stock gate, the outbox, the node-id lease and the scheduler lock.
     pub redis_url: &'a str,
+    /// What a TLS link to Redis trusts and presents (unset for a plain `redis_url`).
+    pub redis_tls: RedisTlsFiles<'a>,
     /// RabbitMQ, when the outbox is relayed through it rather than drained into the database.
     pub amqp_url: Option<&'a str>,
+    /// The private CA of an `amqps://` RabbitMQ (`amqp_ca_file`), trusted besides the system's
+    /// roots.
+    pub amqp_ca_file: Option<&'a Path>,
 }
 
 impl Config {
@@ -30,7 +37,9 @@ impl Config {
             None => Deployment::Embedded,
             Some(redis_url) => Deployment::Cluster(ClusterUrls {
                 redis_url,
+                redis_tls: self.redis_tls_files(),
                 amqp_url: self.amqp_url.as_deref(),
+                amqp_ca_file: self.amqp_ca_file.as_deref(),
             }),
         }
     }

@@ -136,6 +136,13 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "deployment: {}", self.config.deployment())?;
+        for link in self.config.links() {
+            writeln!(
+                f,
+                "link {}: {} ({})",
+                link.setting, link.protection, link.shown
+            )?;
+        }
         writeln!(f, "{:<44} {:<32} source", "setting", "value")?;
         for (key, value, source) in &self.settings {
             writeln!(f, "{key:<44} {value:<32} {source}")?;

@@ -10,6 +10,7 @@
 //! defined where the layering lets it import them (`store::DatabaseUrl`).
 
 mod deployment;
+mod links;
 mod load;
 mod payment;
 
@@ -18,10 +19,12 @@ use axum::http::HeaderName;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use subtle::ConstantTimeEq;
 
 pub use crate::store::DatabaseUrl;
 pub use deployment::{ClusterUrls, Deployment};
+pub use links::{Link, Protection, RedisTlsFiles};
 pub use load::{FILE_VARIABLE, Report, Source};
 pub use payment::{AlipayConfig, KeySource, PaymentConfig, ProviderKind};
 
@@ -67,12 +70,23 @@ pub struct Config {
     pub redis_url: Option<String>,
     /// Prefix of every Redis key (`SECKILL_REDIS_KEY_PREFIX`), so deployments can share a Redis.
     pub redis_key_prefix: String,
+    /// The private CA (PEM) that signed a `rediss://` Redis's certificates
+    /// (`SECKILL_REDIS_CA_FILE`). Unset, the system's roots are trusted, as for a managed Redis.
+    pub redis_ca_file: Option<PathBuf>,
+    /// The certificate chain (PEM) this process shows a `rediss://` Redis that asks for one
+    /// (`SECKILL_REDIS_CLIENT_CERT_FILE`, with `redis_client_key_file`).
+    pub redis_client_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `redis_client_cert_file` (`SECKILL_REDIS_CLIENT_KEY_FILE`).
+    pub redis_client_key_file: Option<PathBuf>,
     /// RabbitMQ (`SECKILL_AMQP_URL`, e.g. `amqp://guest:guest@127.0.0.1:5672/%2f`): the
     /// outbox is relayed to its order queue, and deadlines run through its delay queue. Unset,
     /// workers store orders straight from the Redis outbox stream.
     pub amqp_url: Option<String>,
     /// Prefix of every RabbitMQ exchange and queue name (`SECKILL_AMQP_PREFIX`).
     pub amqp_prefix: String,
+    /// A private CA (PEM) that signed an `amqps://` RabbitMQ's certificate
+    /// (`SECKILL_AMQP_CA_FILE`), trusted besides the system's roots.
+    pub amqp_ca_file: Option<PathBuf>,
     /// Delete this deployment's RabbitMQ queues after they go unused this long
     /// (`SECKILL_AMQP_QUEUE_EXPIRY_SECS`): for test runs and other throwaway deployments only,
     /// since the delay queue has no consumers and expires with every deadline in it.
@@ -252,6 +266,10 @@ impl Default for Config {
             database_max_connections: None,
             redis_url: None,
             redis_key_prefix: "seckill:".into(),
+            redis_ca_file: None,
+            redis_client_cert_file: None,
+            redis_client_key_file: None,
+            amqp_ca_file: None,
             secret: None,
             admin_token: None,
             payment_window_secs: 15 * 60,
@@ -347,6 +365,7 @@ impl Config {
         if let (Deployment::Embedded, Some(_)) = (self.deployment(), &self.amqp_url) {
             bail!("amqp_url (SECKILL_AMQP_URL) needs redis_url: RabbitMQ carries the Redis outbox");
         }
+        self.validate_tls()?;
         if self.claim_after_ms == 0 {
             bail!("claim_after_ms must be positive");
         }

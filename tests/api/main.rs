@@ -47,3 +47,4 @@ mod store;
 mod stream_sessions;
 mod support;
 mod worker_observed;
+mod tls_links;

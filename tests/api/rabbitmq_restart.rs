@@ -11,15 +11,12 @@ use crate::support::TestDatabase;
 use crate::support::crowd::{Crowd, accepted_ids, assert_stored_exactly, crowd_client};
 use crate::support::processes::Cluster;
 use crate::support::processes::Sale;
-use std::path::{Path, PathBuf};
+use crate::support::tls_servers::{kill_rabbitmq_node, rabbitmq_node};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::time::Instant;
-
-/// The server script of the Debian package (`/usr/sbin/rabbitmq-server` would switch to the
-/// `rabbitmq` user and its data directory).
-const SERVER_SCRIPT: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 
 /// A RabbitMQ node of a test's own, with persistent data in a temporary directory.
 struct PrivateRabbit {
@@ -42,13 +39,7 @@ impl PrivateRabbit {
     /// Starts a node and waits until it takes connections; fails the test when RabbitMQ is not
     /// installed.
     async fn start() -> Self {
-        assert!(
-            Path::new(SERVER_SCRIPT).exists(),
-            "this test needs RabbitMQ's server installed ({SERVER_SCRIPT}; scripts/services \
-             rabbitmq installs it)"
-        );
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("enabled_plugins"), "").unwrap();
         std::fs::write(
             dir.path().join("rabbitmq.conf"),
             "disk_free_limit.absolute = 1MB\n",
@@ -77,24 +68,9 @@ impl PrivateRabbit {
     /// Starts the node (in a process group of its own, with everything it forks) and waits
     /// until a client can connect.
     async fn spawn(dir: &Path, node: &str, port: u16, dist_port: u16) -> Child {
-        let path = |name: &str| -> PathBuf { dir.join(name) };
-        let server = Command::new(SERVER_SCRIPT)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", dir)
-            .env("RABBITMQ_NODENAME", node)
+        let server = rabbitmq_node(&[], dir, node, dist_port)
             .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
             .env("RABBITMQ_NODE_PORT", port.to_string())
-            .env("RABBITMQ_DIST_PORT", dist_port.to_string())
-            .env("RABBITMQ_MNESIA_BASE", path("mnesia"))
-            .env("RABBITMQ_LOG_BASE", path("log"))
-            .env("RABBITMQ_PID_FILE", path("rabbitmq.pid"))
-            .env("RABBITMQ_ENABLED_PLUGINS_FILE", path("enabled_plugins"))
-            .env("RABBITMQ_CONFIG_FILE", path("rabbitmq.conf"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true)
             .spawn()
             .expect("starting rabbitmq-server");
         let url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
@@ -116,12 +92,7 @@ impl PrivateRabbit {
 
     /// Kills the node and everything it forked with SIGKILL: nothing is flushed or closed.
     async fn kill(&mut self) {
-        if let Some(group) = self.server.id() {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{group}")])
-                .status()
-                .await;
-        }
+        kill_rabbitmq_node(&self.server);
         let _ = self.server.wait().await;
     }
 
@@ -134,11 +105,7 @@ impl PrivateRabbit {
 
 impl Drop for PrivateRabbit {
     fn drop(&mut self) {
-        if let Some(group) = self.server.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{group}")])
-                .status();
-        }
+        kill_rabbitmq_node(&self.server);
     }
 }
 

@@ -4,9 +4,9 @@
 //! acknowledge what is done, dead-letter what can never be done, and on a failure put the batch
 //! back and pause. The loop reconnects after losing the broker.
 
-use super::Topology;
 use super::link::confirming_channel;
 use super::publisher::{Message, OUTBOX_ENTRY, publish_confirmed};
+use super::{Broker, Topology};
 use crate::domain::{Order, OrderId, ProductId};
 use crate::gate::redis::Outbox;
 use crate::pipeline::drain::{Fate, store_batch};
@@ -128,7 +128,7 @@ impl Handler for CancelOverdue {
 
 /// Where a consumer reads, and how much it takes at once.
 pub struct Consume {
-    pub url: String,
+    pub broker: Broker,
     pub topology: Topology,
     pub queue: String,
     pub max_batch: usize,
@@ -156,7 +156,7 @@ impl Consume {
         handler: &impl Handler,
         stop: &mut watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let (_connection, channel) = confirming_channel(&self.url, &self.topology).await?;
+        let (_connection, channel) = confirming_channel(&self.broker, &self.topology).await?;
         let prefetch = u16::try_from(self.max_batch).unwrap_or(u16::MAX);
         channel
             .basic_qos(prefetch, BasicQosOptions::default())

@@ -2,8 +2,8 @@
 //! `/metrics`: a passive declare of each queue answers its count of ready messages (those
 //! delivered to a consumer and not acknowledged yet are not counted) without changing it.
 
-use super::Topology;
 use super::link::Link;
+use super::{Broker, Topology};
 use anyhow::Context;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
@@ -12,9 +12,9 @@ use lapin::types::FieldTable;
 pub struct QueueDepths(Link);
 
 impl QueueDepths {
-    /// A reader of the queues of `topology` on the broker at `url`; connects on first use.
-    pub fn new(url: &str, topology: Topology) -> Self {
-        Self(Link::new(url, topology, false))
+    /// A reader of the queues of `topology` on `broker`; connects on first use.
+    pub fn new(broker: &Broker, topology: Topology) -> Self {
+        Self(Link::new(broker, topology, false))
     }
 
     /// Each queue's name and its ready messages.

@@ -2,7 +2,7 @@
 //! failure, for the parts of a process that use the broker now and then rather than in a loop
 //! of their own: the publisher, and the dashboard's reading of the queues' depths.
 
-use super::Topology;
+use super::{Broker, Topology};
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 use std::future::Future;
@@ -10,10 +10,10 @@ use tokio::sync::Mutex;
 
 /// Opens a channel in confirm mode, with the topology declared.
 pub(super) async fn confirming_channel(
-    url: &str,
+    broker: &Broker,
     topology: &Topology,
 ) -> anyhow::Result<(Connection, Channel)> {
-    let (connection, channel) = super::connect(url, topology).await?;
+    let (connection, channel) = super::connect(broker, topology).await?;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
@@ -23,7 +23,7 @@ pub(super) async fn confirming_channel(
 /// One connection and channel, opened on first use (declaring the topology) and again after a
 /// failure; its users take turns.
 pub(super) struct Link {
-    url: String,
+    broker: Broker,
     topology: Topology,
     /// Whether the channel is in confirm mode, as a publisher's must be.
     confirms: bool,
@@ -31,10 +31,10 @@ pub(super) struct Link {
 }
 
 impl Link {
-    /// A link to the broker at `url`; connects on first use.
-    pub(super) fn new(url: &str, topology: Topology, confirms: bool) -> Self {
+    /// A link to `broker`; connects on first use.
+    pub(super) fn new(broker: &Broker, topology: Topology, confirms: bool) -> Self {
         Self {
-            url: url.to_owned(),
+            broker: broker.clone(),
             topology,
             confirms,
             open: Mutex::new(None),
@@ -59,9 +59,9 @@ impl Link {
             Some((_, channel)) if channel.status().connected() => channel.clone(),
             _ => {
                 let (connection, channel) = if self.confirms {
-                    confirming_channel(&self.url, &self.topology).await?
+                    confirming_channel(&self.broker, &self.topology).await?
                 } else {
-                    super::connect(&self.url, &self.topology).await?
+                    super::connect(&self.broker, &self.topology).await?
                 };
                 *open = Some((connection, channel.clone()));
                 channel

@@ -29,8 +29,9 @@ pub mod relay;
 
 use anyhow::Context;
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::tcp::OwnedTLSConfig;
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, DefaultConnectionBuilder, ExchangeKind};
 
 /// Routing key of accepted orders.
 const NEW: &str = "new";
@@ -253,9 +254,32 @@ fn dead_letter_to(exchange: &str, routing_key: Option<&str>) -> FieldTable {
     args
 }
 
-/// Connects and declares the topology; returns the connection and a channel on it.
-pub async fn connect(url: &str, topology: &Topology) -> anyhow::Result<(Connection, Channel)> {
-    let connection = Connection::connect(url, ConnectionProperties::default())
+/// Where RabbitMQ listens and what a TLS link to it trusts: every connection of a process is
+/// opened from it. Not `Debug`: the URL holds the password.
+#[derive(Clone)]
+pub struct Broker {
+    /// `amqp://` or `amqps://`, credentials and virtual host included.
+    pub url: String,
+    /// A private CA's certificates (PEM), trusted for `amqps://` besides the system's roots.
+    pub ca: Option<String>,
+}
+
+/// Connects and declares the topology; returns the connection and a channel on it. An
+/// `amqps://` URL never falls back to plain text, and a certificate that does not verify fails
+/// with the reason.
+pub async fn connect(
+    broker: &Broker,
+    topology: &Topology,
+) -> anyhow::Result<(Connection, Channel)> {
+    let tls = OwnedTLSConfig {
+        identity: None,
+        cert_chain: broker.ca.clone(),
+    };
+    let connection = DefaultConnectionBuilder::new()
+        .context("starting RabbitMQ's client")?
+        .with_uri_str(broker.url.clone())
+        .with_tls_config(tls)
+        .connect()
         .await
         .context("connecting to RabbitMQ (SECKILL_AMQP_URL)")?;
     let channel = connection.create_channel().await?;

@@ -1,8 +1,8 @@
 //! Publishing to RabbitMQ safely: persistent messages, `mandatory` (an unroutable message comes
 //! back instead of vanishing), and publisher confirms awaited before anyone relies on them.
 
-use super::Topology;
 use super::link::Link;
+use super::{Broker, Topology};
 use anyhow::{Context, bail};
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -94,9 +94,9 @@ pub(super) async fn publish_confirmed(
 pub struct Publisher(Link);
 
 impl Publisher {
-    /// A publisher to the broker at `url`; connects on first use.
-    pub fn new(url: &str, topology: Topology) -> Self {
-        Self(Link::new(url, topology, true))
+    /// A publisher to `broker`; connects on first use.
+    pub fn new(broker: &Broker, topology: Topology) -> Self {
+        Self(Link::new(broker, topology, true))
     }
 
     /// Publishes and waits for the confirms (see [`publish_confirmed`]).

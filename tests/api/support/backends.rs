@@ -257,6 +257,16 @@ impl TestDatabase {
         }
     }
 
+    /// The database `url` names on a server of the test's own; the server under test creates
+    /// it.
+    pub fn on_own_server(url: String) -> Self {
+        Self {
+            dialect: Dialect::from_url(&url).unwrap(),
+            url,
+            _dir: None,
+        }
+    }
+
     /// `sql` with this database's placeholders.
     pub fn sql(&self, sql: &str) -> AssertSqlSafe<String> {
         AssertSqlSafe(self.dialect.placeholders(sql))

@@ -15,6 +15,8 @@
 //!   makes (its own Redis or RabbitMQ killed, a link cut).
 //! - `probes.rs`: `/readyz` read as a load balancer does, and SIGTERM sent as a service
 //!   manager does.
+//! - `tls_servers.rs`: certificates a test makes, and Redis, PostgreSQL and RabbitMQ servers
+//!   that speak TLS only.
 
 pub mod app;
 pub mod backends;
@@ -32,6 +34,7 @@ pub mod proxies;
 pub mod sandbox;
 pub mod shared_redis;
 pub mod shoppers;
+pub mod tls_servers;
 
 pub use app::{ADMIN_TOKEN, SECRET, TestApp, test_config};
 pub use backends::{Need, TestDatabase, fresh_prefix, local_amqp, redis_url, require};
