@@ -46,5 +46,5 @@ mod sign_out;
 mod store;
 mod stream_sessions;
 mod support;
-mod worker_observed;
 mod tls_links;
+mod worker_observed;
