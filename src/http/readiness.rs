@@ -116,10 +116,10 @@ impl Readiness {
             if let Some(last) = results.get_mut(check.name)
                 && *last != word
             {
-                if word == "ok" {
-                    tracing::info!(check = check.name, "ready again: the backend answers");
-                } else {
+                if word != "ok" {
                     tracing::warn!(check = check.name, reason = %word, "not ready");
+                } else if last != NOT_CHECKED {
+                    tracing::info!(check = check.name, "ready again: the backend answers");
                 }
                 *last = word;
             }
