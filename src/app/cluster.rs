@@ -235,7 +235,7 @@ impl Cluster {
             }),
         }];
         if let Some(amqp) = &self.amqp {
-            let queues = Arc::new(QueueDepths::new(&amqp.url, amqp.topology.clone()));
+            let queues = Arc::new(QueueDepths::new(&amqp.broker, amqp.topology.clone()));
             checks.push(Check {
                 name: "amqp",
                 probe: Box::new(move || {
