@@ -13,6 +13,9 @@
 //! - `processes.rs`, `crowd.rs`, `faulty_sale.rs`, `private_redis.rs`, `proxies.rs`: server
 //!   and worker processes of the real binary, crowds buying from them, and the faults a test
 //!   makes (its own Redis or RabbitMQ killed, a link cut).
+//! - `hosts.rs`, `host_backends.rs`, `haproxy.rs`, `rolling.rs`: the deployment across hosts
+//!   (network namespaces), its backends and load balancer, and a rolling restart as the
+//!   shoppers behind the load balancer see it.
 
 pub mod app;
 pub mod backends;
@@ -20,12 +23,16 @@ pub mod bare;
 pub mod buy;
 pub mod crowd;
 pub mod faulty_sale;
+pub mod haproxy;
+pub mod host_backends;
+pub mod hosts;
 pub mod http;
 pub mod operator;
 pub mod orders;
 pub mod private_redis;
 pub mod processes;
 pub mod proxies;
+pub mod rolling;
 pub mod sandbox;
 pub mod shared_redis;
 pub mod shoppers;

@@ -44,7 +44,7 @@ fn redis_server() -> String {
 }
 
 /// A port nothing listens on right now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("finding a free port")

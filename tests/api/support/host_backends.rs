@@ -1,0 +1,198 @@
+//! The backends of a deployment test, started by the test on the backends host and bound to
+//! its address only: a PostgreSQL server and a Redis of their own, in temporary directories,
+//! on free ports. Plain-text links.
+
+use super::backends::on_path;
+use super::hosts::Host;
+use super::private_redis::free_port;
+use std::process::Stdio;
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+/// A PostgreSQL server of the test's own on a host; stopped (fast shutdown) when dropped.
+pub struct HostPostgres {
+    /// The server's URL without a database name, as `TestDatabase::created_on` takes it.
+    pub url: String,
+    /// The postmaster.
+    server: Child,
+    /// Its data directory and socket, removed with it.
+    _dir: TempDir,
+}
+
+impl HostPostgres {
+    /// `initdb` (trust authentication, the network allowed) and `postgres` on `host`'s address
+    /// and a free port; waits until it takes connections. As root, both run as the `postgres`
+    /// user, since PostgreSQL refuses to run as root.
+    pub async fn start(host: &Host) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let as_root = unsafe { libc::geteuid() } == 0;
+        if as_root {
+            let owned = std::process::Command::new("chown")
+                .args(["postgres:", dir.path().to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(owned.success(), "chown postgres: of the data directory");
+        }
+        let initdb = as_postgres(as_root, "initdb");
+        let initdb = std::process::Command::new(&initdb[0])
+            .args(&initdb[1..])
+            .args([
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+            ])
+            .args(["--no-sync", "-E", "UTF8", "--no-instructions"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("running initdb");
+        assert!(
+            initdb.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&initdb.stderr)
+        );
+        let hba = data.join("pg_hba.conf");
+        let mut rules = std::fs::read_to_string(&hba).unwrap();
+        rules.push_str("host all all 0.0.0.0/0 trust\n");
+        std::fs::write(&hba, rules).unwrap();
+
+        let port = free_port();
+        let postgres = as_postgres(as_root, "postgres");
+        let mut command = host.command(&postgres[0]);
+        command
+            .args(&postgres[1..])
+            .args(["-D", data.to_str().unwrap(), "-p", &port.to_string()])
+            .args([
+                "-h",
+                &host.ip.to_string(),
+                "-k",
+                dir.path().to_str().unwrap(),
+            ])
+            .args(["-c", "fsync=off", "-c", "max_connections=200"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let server = command.spawn().expect("starting postgres");
+        let url = format!("postgres://postgres@{}:{port}", host.ip);
+        sqlx::any::install_default_drivers();
+        let admin = format!("{url}/postgres");
+        wait_until("PostgreSQL", || {
+            let admin = admin.clone();
+            async move { sqlx::AnyPool::connect(&admin).await.is_ok() }
+        })
+        .await;
+        Self {
+            url,
+            server,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for HostPostgres {
+    fn drop(&mut self) {
+        // A fast shutdown (not SIGKILL, which would leave its shared memory behind).
+        if let Some(pid) = self.server.id() {
+            unsafe { libc::kill(pid as i32, libc::SIGINT) };
+        }
+    }
+}
+
+/// The words that run the PostgreSQL program `name`: as the `postgres` user when `as_root`
+/// (PostgreSQL refuses to run as root), through `setpriv`, which replaces itself with the
+/// program, so the child is the server itself.
+fn as_postgres(as_root: bool, name: &str) -> Vec<String> {
+    let user = [
+        "setpriv",
+        "--reuid=postgres",
+        "--regid=postgres",
+        "--init-groups",
+        "--",
+    ];
+    let user = if as_root { &user[..] } else { &[] };
+    user.iter()
+        .map(|word| word.to_string())
+        .chain([pg_binary(name)])
+        .collect()
+}
+
+/// The path of a PostgreSQL program: on the `PATH`, or in Debian's versioned directory.
+fn pg_binary(name: &str) -> String {
+    let debian = || {
+        let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path().join("bin").join(name))
+            .filter(|path| path.exists())
+            .collect();
+        versions.sort();
+        versions.pop()
+    };
+    on_path(name)
+        .or_else(debian)
+        .unwrap_or_else(|| {
+            panic!("{name} is not installed (scripts/services postgres installs it)")
+        })
+        .display()
+        .to_string()
+}
+
+/// A Redis of the test's own on a host (no persistence); killed when dropped.
+pub struct HostRedis {
+    /// Its URL.
+    pub url: String,
+    /// The server.
+    _server: Child,
+    /// Its working directory.
+    _dir: TempDir,
+}
+
+impl HostRedis {
+    /// `redis-server` on `host`'s address and a free port; waits until it answers.
+    pub async fn start(host: &Host) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let server = host
+            .command("redis-server")
+            .args(["--bind", &host.ip.to_string(), "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            // Its only client is the private network, and it has no password.
+            .args(["--protected-mode", "no"])
+            .args(["--dir", dir.path().to_str().unwrap()])
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting redis-server");
+        let url = format!("redis://{}:{port}", host.ip);
+        wait_until("Redis", || {
+            let url = url.clone();
+            async move { seckill::redis_link::connect(&url).await.is_ok() }
+        })
+        .await;
+        Self {
+            url,
+            _server: server,
+            _dir: dir,
+        }
+    }
+}
+
+/// Waits until `ready` holds, for up to 30 s; fails the test naming `what` after that.
+async fn wait_until<F, Fut>(what: &str, mut ready: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready().await {
+        assert!(
+            Instant::now() < deadline,
+            "the test's own {what} did not answer within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
