@@ -22,8 +22,8 @@ mod needs_deployment {
     /// Units on sale and buyers after them: demand exceeds the stock.
     const STOCK: i64 = 300;
     const BUYERS: usize = 400;
-    /// Between two buyers' buys: the buys spread over about 30 s, longer than the restarts.
-    const SPACING: Duration = Duration::from_millis(75);
+    /// Between two buyers' buys: the buys spread over 20 s, longer than the restarts.
+    const SPACING: Duration = Duration::from_millis(50);
 
     /// Sends SIGTERM to `process` and waits until it exits; it must exit 0 within 30 s.
     async fn terminate(name: &str, process: &mut Child) {
@@ -80,6 +80,8 @@ mod needs_deployment {
         let ready_at = began.elapsed();
 
         let shoppers = Shoppers::start(&haproxy.client, &haproxy.url, tokens, product, SPACING);
+        // Restarts under a crowd: a quarter of the buyers keep reading their orders by now.
+        shoppers.wait_bought(BUYERS / 4).await;
         let restarts = Instant::now();
         let mut drains = Vec::new();
         for (i, host) in [&server1, &server2].into_iter().enumerate() {
@@ -88,6 +90,13 @@ mod needs_deployment {
             let drain = watch_drain(&servers[i].1);
             terminate(&format!("server {name}"), &mut servers[i].0).await;
             let drain = drain.await.unwrap();
+            // Taken out by HAProxy before it stopped: it sent it no new request after.
+            let (state, check) = haproxy.status("seckill_ready", &name).await;
+            assert!(
+                state.starts_with("DOWN"),
+                "HAProxy still sent traffic to {name} when it stopped: it is {state}, its last \
+                 health check {check}"
+            );
             let env = [("SECKILL_HTTP_ADDR", addrs[i].as_str())];
             servers[i] = cluster.server_via(&host.prefix(), &env).await;
             haproxy
@@ -113,6 +122,7 @@ mod needs_deployment {
             .await;
         let restarted_in = restarts.elapsed();
 
+        shoppers.wait_bought(BUYERS).await;
         let tally = shoppers.finish().await;
         haproxy.assert_running();
         say(&format!(

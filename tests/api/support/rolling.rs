@@ -54,12 +54,16 @@ pub struct Tally {
     pub failures: Vec<Failure>,
 }
 
-/// Shoppers at work: each buys one unit, then reads their orders every 2 s until told to stop.
+/// Shoppers at work: each buys one unit, then reads their orders every second until told to
+/// stop.
 pub struct Shoppers {
     /// Tells the shoppers to stop once they have read their orders after their buy.
     stop: watch::Sender<bool>,
     /// Requests answered as they should be so far, to see traffic flow through each restart.
     answered: Arc<AtomicUsize>,
+    /// Buys sent and answered (or failed) so far, to restart under a crowd and to stop it
+    /// only once everyone has bought.
+    bought: Arc<AtomicUsize>,
     /// Each shopper's task.
     tasks: Vec<JoinHandle<Shopped>>,
 }
@@ -76,6 +80,7 @@ impl Shoppers {
     ) -> Self {
         let (stop, stopped) = watch::channel(false);
         let answered = Arc::new(AtomicUsize::new(0));
+        let bought = Arc::new(AtomicUsize::new(0));
         let start = Instant::now();
         let tasks = tokens
             .into_iter()
@@ -89,6 +94,7 @@ impl Shoppers {
                     answered: answered.clone(),
                 };
                 let mut stopped = stopped.clone();
+                let bought = bought.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep_until(start + spacing * i as u32).await;
                     let mut shopped = Shopped {
@@ -97,14 +103,15 @@ impl Shoppers {
                         failures: Vec::new(),
                     };
                     shopper.buy(product, &mut shopped).await;
+                    bought.fetch_add(1, Ordering::SeqCst);
                     loop {
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
                         shopper.read_orders(&mut shopped).await;
                         if *stopped.borrow() {
                             return shopped;
                         }
                         tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                             _ = stopped.wait_for(|stop| *stop) => {}
                         }
                     }
@@ -114,6 +121,7 @@ impl Shoppers {
         Self {
             stop,
             answered,
+            bought,
             tasks,
         }
     }
@@ -121,6 +129,18 @@ impl Shoppers {
     /// Requests answered as they should be so far.
     pub fn answered(&self) -> usize {
         self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` shoppers have bought (up to 60 s).
+    pub async fn wait_bought(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.bought.load(Ordering::SeqCst) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} buys not answered after 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Stops the shoppers (each reads its orders once more after its buy) and tallies.
