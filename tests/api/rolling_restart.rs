@@ -1,4 +1,4 @@
-//! The deployment as shipped, across hosts: a backends host (PostgreSQL, Redis), two server
+//! The deployment as shipped, across hosts: a backends host (PostgreSQL, Redis, RabbitMQ), two server
 //! hosts and a worker host, made as network namespaces by the test, with HAProxy on the test's
 //! side running `deploy/haproxy.cfg` unchanged and terminating the clients' TLS. A crowd buys and
 //! reads its orders through it while each server in turn is stopped with SIGTERM and started
@@ -8,7 +8,7 @@
 mod needs_deployment {
     use crate::support::crowd::assert_stored_exactly;
     use crate::support::haproxy::Haproxy;
-    use crate::support::host_backends::{HostPostgres, HostRedis};
+    use crate::support::host_backends::{HostPostgres, HostRabbitmq, HostRedis};
     use crate::support::hosts::{Host, Network, say};
     use crate::support::private_redis::free_port;
     use crate::support::processes::Cluster;
@@ -51,11 +51,12 @@ mod needs_deployment {
         let (_network, hosts) = Network::hosts(&["backends", "server1", "server2", "worker"]);
         let [backends, server1, server2, worker_host]: [Host; 4] = hosts.try_into().ok().unwrap();
         // Plain links to the backends, each bound to the backends host's address only.
+        let rabbitmq = HostRabbitmq::start(&backends);
         let postgres = HostPostgres::start(&backends).await;
         let redis = HostRedis::start(&backends).await;
-        say("no RabbitMQ: the worker drains the Redis outbox straight into PostgreSQL");
+        rabbitmq.wait_ready().await;
         let db = Arc::new(TestDatabase::created_on(&postgres.url).await);
-        let cluster = Cluster::on_redis(db, redis.url.clone());
+        let cluster = Cluster::on_redis(db, redis.url.clone()).with_amqp(rabbitmq.url.clone());
         let observer = cluster
             .observer_with(|c| c.redis_url = Some(redis.url.clone()))
             .await;

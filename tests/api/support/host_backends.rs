@@ -1,6 +1,6 @@
 //! The backends of a deployment test, started by the test on the backends host and bound to
-//! its address only: a PostgreSQL server and a Redis of their own, in temporary directories,
-//! on free ports. Plain-text links.
+//! its address only: a PostgreSQL server, a Redis and a RabbitMQ node of their own, in
+//! temporary directories, on free ports. Plain-text links.
 
 use super::backends::on_path;
 use super::hosts::Host;
@@ -181,17 +181,88 @@ impl HostRedis {
     }
 }
 
-/// Waits until `ready` holds, for up to 30 s; fails the test naming `what` after that.
+/// A RabbitMQ node of the test's own on a host, with a user of its own (RabbitMQ lets `guest`
+/// in from its own machine only); killed with everything it started when dropped.
+pub struct HostRabbitmq {
+    /// Its URL, with the user.
+    pub url: String,
+    /// The node's address, to wait for its listener.
+    listener: std::net::SocketAddr,
+    /// The node's start script, leader of a process group of its own (the Erlang VM and its
+    /// helpers are in it).
+    node: Child,
+    /// Its configuration, database and logs.
+    _dir: TempDir,
+}
+
+impl HostRabbitmq {
+    /// Starts the node on `host`'s address and a free port; [`HostRabbitmq::wait_ready`] waits
+    /// until it takes connections (it takes seconds: start it first, wait for it last).
+    pub fn start(host: &Host) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        let listener = std::net::SocketAddr::from((host.ip, free_port()));
+        let config = format!(
+            "listeners.tcp.default = {listener}\nloopback_users = none\n\
+             default_user = seckill\ndefault_pass = seckill\n"
+        );
+        std::fs::write(path("rabbitmq.conf"), config).unwrap();
+        std::fs::write(path("enabled_plugins"), "[].\n").unwrap();
+        let node = host
+            .command("/usr/lib/rabbitmq/bin/rabbitmq-server")
+            .env("HOME", dir.path())
+            .env(
+                "RABBITMQ_NODENAME",
+                format!("seckill-test-{}@localhost", free_port()),
+            )
+            .env("RABBITMQ_DIST_PORT", free_port().to_string())
+            .env("RABBITMQ_CONFIG_FILE", path("rabbitmq"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", path("enabled_plugins"))
+            .env("RABBITMQ_MNESIA_BASE", path("mnesia"))
+            .env("RABBITMQ_LOG_BASE", path("log"))
+            .env("RABBITMQ_PID_FILE", path("pid"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("starting rabbitmq-server (scripts/services rabbitmq installs it)");
+        Self {
+            url: format!("amqp://seckill:seckill@{listener}/%2f"),
+            listener,
+            node,
+            _dir: dir,
+        }
+    }
+
+    /// Waits until the node listens (it opens its listener last, once it has booted).
+    pub async fn wait_ready(&self) {
+        let listener = self.listener;
+        wait_until("RabbitMQ", move || async move {
+            tokio::net::TcpStream::connect(listener).await.is_ok()
+        })
+        .await;
+    }
+}
+
+impl Drop for HostRabbitmq {
+    fn drop(&mut self) {
+        if let Some(pid) = self.node.id() {
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+        }
+    }
+}
+
+/// Waits until `ready` holds, for up to 60 s; fails the test naming `what` after that.
 async fn wait_until<F, Fut>(what: &str, mut ready: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !ready().await {
         assert!(
             Instant::now() < deadline,
-            "the test's own {what} did not answer within 30 s"
+            "the test's own {what} did not answer within 60 s"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -133,9 +133,17 @@ impl Network {
         Ok(hosts)
     }
 
-    /// Removes the namespaces (their veth pairs go with them) and the bridge.
+    /// Removes the namespaces (their veth pairs go with them), after killing what still runs
+    /// in them (what a backend started on its own, as RabbitMQ's `epmd`), and the bridge.
     fn remove(&mut self) {
         for netns in self.namespaces.drain(..) {
+            let pids = Command::new("ip").args(["netns", "pids", &netns]).output();
+            let pids = pids.map(|out| String::from_utf8_lossy(&out.stdout).into_owned());
+            for pid in pids.unwrap_or_default().lines() {
+                if let Ok(pid) = pid.trim().parse::<i32>() {
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
             let _ = run(&["ip", "netns", "del", &netns]);
         }
         if let Some(bridge) = self.bridge.take() {
