@@ -1,9 +1,9 @@
-//! The deployment as shipped, across hosts: a backends host (PostgreSQL, Redis, RabbitMQ), two server
-//! hosts and a worker host, made as network namespaces by the test, with HAProxy on the test's
-//! side running `deploy/haproxy.cfg` unchanged and terminating the clients' TLS. A crowd buys and
-//! reads its orders through it while each server in turn is stopped with SIGTERM and started
-//! again, then the worker: no request may fail, no accepted order may be lost, and each
-//! stopping server must turn unready before it stops accepting.
+//! The deployment as shipped, across hosts: a backends host (PostgreSQL, Redis, RabbitMQ), two
+//! server hosts and a worker host, made as network namespaces by the test, with HAProxy on the
+//! test's side running `deploy/haproxy.cfg` unchanged and terminating the clients' TLS. A crowd
+//! buys and reads its orders through it while each server in turn is stopped with SIGTERM and
+//! started again, then the worker: no request may fail, no accepted order may be lost, and each
+//! stopping server must turn unready, and be taken out by HAProxy, before it stops accepting.
 
 mod needs_deployment {
     use crate::support::crowd::assert_stored_exactly;
@@ -43,8 +43,46 @@ mod needs_deployment {
         );
     }
 
+    /// Stops the server `name` (process and base URL) with SIGTERM, watching its own `/readyz`,
+    /// and starts it again on `host` at the same address, once HAProxy sends it traffic again.
+    /// It must have answered 503 before it refused connections, and HAProxy must have taken it
+    /// out before it stopped. Returns when it answered 503 and refused, after SIGTERM.
+    async fn restart(
+        cluster: &Cluster,
+        haproxy: &Haproxy,
+        host: &Host,
+        server: &mut (Child, String),
+        name: &str,
+    ) -> Drain {
+        let drain = watch_drain(&server.1);
+        terminate(&format!("server {name}"), &mut server.0).await;
+        let drain = drain.await.unwrap();
+        let unready_first = matches!(
+            drain,
+            Drain { unready: Some(unready), refused: Some(refused) } if unready < refused
+        );
+        assert!(
+            unready_first,
+            "{name}'s /readyz must answer 503 before it refuses connections: {drain:?}"
+        );
+        let (state, check) = haproxy.status("seckill_ready", name).await;
+        assert!(
+            state.starts_with("DOWN"),
+            "HAProxy still sent traffic to {name} when it stopped: it is {state}, its last \
+             health check {check}"
+        );
+        let addr = server.1.trim_start_matches("http://").to_owned();
+        *server = cluster
+            .server_via(&host.prefix(), &[("SECKILL_HTTP_ADDR", &addr)])
+            .await;
+        haproxy
+            .wait_up("seckill_ready", name, Duration::from_secs(30))
+            .await;
+        drain
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    #[ignore = "needs root (network namespaces), haproxy, openssl, redis-server and PostgreSQL: run by scripts/test on postgres"]
+    #[ignore = "needs root (network namespaces), haproxy, openssl, redis-server, RabbitMQ and PostgreSQL: run by scripts/test on postgres"]
     async fn a_rolling_restart_behind_haproxy_fails_no_request_and_loses_no_order() {
         require(Need::Deployment);
         let began = Instant::now();
@@ -88,32 +126,10 @@ mod needs_deployment {
         for (i, host) in [&server1, &server2].into_iter().enumerate() {
             let name = format!("s{}", i + 1);
             let answered = shoppers.answered();
-            let drain = watch_drain(&servers[i].1);
-            terminate(&format!("server {name}"), &mut servers[i].0).await;
-            let drain = drain.await.unwrap();
-            // Taken out by HAProxy before it stopped: it sent it no new request after.
-            let (state, check) = haproxy.status("seckill_ready", &name).await;
-            assert!(
-                state.starts_with("DOWN"),
-                "HAProxy still sent traffic to {name} when it stopped: it is {state}, its last \
-                 health check {check}"
-            );
-            let env = [("SECKILL_HTTP_ADDR", addrs[i].as_str())];
-            servers[i] = cluster.server_via(&host.prefix(), &env).await;
-            haproxy
-                .wait_up("seckill_ready", &name, Duration::from_secs(30))
-                .await;
+            let drain = restart(&cluster, &haproxy, host, &mut servers[i], &name).await;
             assert!(
                 shoppers.answered() > answered,
                 "no request was answered while {name} restarted: the test proved nothing"
-            );
-            let unready_first = matches!(
-                drain,
-                Drain { unready: Some(unready), refused: Some(refused) } if unready < refused
-            );
-            assert!(
-                unready_first,
-                "{name}'s /readyz must answer 503 before it refuses connections: {drain:?}"
             );
             drains.push((name, drain));
         }

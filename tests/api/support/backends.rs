@@ -136,9 +136,9 @@ pub enum Need {
     /// A Redis server as [`Need::RedisServer`] and RabbitMQ answering at
     /// `SECKILL_TEST_AMQP_URL`, whatever the run's pipeline.
     RedisAndRabbitmqServers,
-    /// The programs a deployment test starts backends, hosts and a load balancer with
-    /// (`ip`, `haproxy`, `openssl`, `redis-server`, PostgreSQL's), in a run without RabbitMQ
-    /// (its processes relay nothing through the run's).
+    /// The programs a deployment test starts its hosts, backends and load balancer with
+    /// (`ip`, `haproxy`, `openssl`, `redis-server`, `setpriv`, RabbitMQ's and PostgreSQL's),
+    /// in a run without RabbitMQ (so its processes relay through their own node only).
     Deployment,
 }
 
@@ -164,10 +164,15 @@ impl Need {
                     && ["ip", "haproxy", "openssl", "redis-server", "setpriv"]
                         .iter()
                         .all(|program| on_path(program).is_some())
+                    && std::path::Path::new(RABBITMQ_SERVER).exists()
             }
         }
     }
 }
+
+/// RabbitMQ's own start script (Debian's `rabbitmq-server` on the `PATH` switches to the
+/// system's `rabbitmq` user and node): a test starts a node of its own with it.
+pub const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 
 /// Where `program` is on the `PATH`, when it is there.
 pub fn on_path(program: &str) -> Option<std::path::PathBuf> {

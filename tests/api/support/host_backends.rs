@@ -2,7 +2,7 @@
 //! its address only: a PostgreSQL server, a Redis and a RabbitMQ node of their own, in
 //! temporary directories, on free ports. Plain-text links.
 
-use super::backends::on_path;
+use super::backends::{RABBITMQ_SERVER, on_path};
 use super::hosts::Host;
 use super::private_redis::free_port;
 use std::process::Stdio;
@@ -209,7 +209,7 @@ impl HostRabbitmq {
         std::fs::write(path("rabbitmq.conf"), config).unwrap();
         std::fs::write(path("enabled_plugins"), "[].\n").unwrap();
         let node = host
-            .command("/usr/lib/rabbitmq/bin/rabbitmq-server")
+            .command(RABBITMQ_SERVER)
             .env("HOME", dir.path())
             .env(
                 "RABBITMQ_NODENAME",
