@@ -13,7 +13,8 @@ mod needs_deployment {
     use crate::support::private_redis::free_port;
     use crate::support::processes::Cluster;
     use crate::support::rolling::{Drain, Shoppers, watch_drain};
-    use crate::support::{Need, TestDatabase, require};
+    use crate::support::{ADMIN_TOKEN, Need, TestDatabase, require};
+    use reqwest::StatusCode;
     use std::sync::Arc;
     use std::time::Duration;
     use tokio::process::Child;
@@ -81,6 +82,34 @@ mod needs_deployment {
         drain
     }
 
+    /// Waits until the worker at `base` is ready (up to 10 s), then scrapes its metrics as a
+    /// monitoring system would: with the admin token, its build among them.
+    async fn scraped(client: &reqwest::Client, base: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ready = client.get(format!("{base}/readyz")).send().await;
+            let status = ready.map(|answer| answer.status());
+            if status
+                .as_ref()
+                .is_ok_and(|status| *status == StatusCode::OK)
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the worker's /readyz answers {status:?} 10 s after it started"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let metrics = client
+            .get(format!("{base}/metrics"))
+            .bearer_auth(ADMIN_TOKEN);
+        let metrics = metrics.send().await.unwrap();
+        assert_eq!(metrics.status(), StatusCode::OK, "the worker's /metrics");
+        let text = metrics.text().await.unwrap();
+        assert!(text.contains("seckill_build_info{"), "{text}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     #[ignore = "needs root (network namespaces), haproxy, openssl, redis-server, RabbitMQ and PostgreSQL: run by scripts/test on postgres"]
     async fn a_rolling_restart_behind_haproxy_fails_no_request_and_loses_no_order() {
@@ -107,8 +136,12 @@ mod needs_deployment {
             let env = [("SECKILL_HTTP_ADDR", addr.as_str())];
             servers.push(cluster.server_via(&host.prefix(), &env).await);
         }
+        // The worker's own /healthz, /readyz and /metrics (branch ready's `worker_addr`).
+        let worker_addr = format!("{}:{}", worker_host.ip, free_port());
+        let worker_env = [("SECKILL_WORKER_ADDR", worker_addr.as_str())];
+        let worker_base = format!("http://{worker_addr}");
         let (mut worker, _) = cluster
-            .start_via(&worker_host.prefix(), "worker", &[])
+            .start_via(&worker_host.prefix(), "worker", &worker_env)
             .await;
         let mut haproxy = Haproxy::start(&addrs).await;
         for name in ["s1", "s2"] {
@@ -133,10 +166,12 @@ mod needs_deployment {
             );
             drains.push((name, drain));
         }
+        scraped(&observer.client, &worker_base).await;
         terminate("worker", &mut worker).await;
         let (_worker, _) = cluster
-            .start_via(&worker_host.prefix(), "worker", &[])
+            .start_via(&worker_host.prefix(), "worker", &worker_env)
             .await;
+        scraped(&observer.client, &worker_base).await;
         let restarted_in = restarts.elapsed();
 
         shoppers.wait_bought(BUYERS).await;
