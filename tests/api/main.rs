@@ -38,6 +38,7 @@ mod redis_restart;
 mod refunds;
 mod request_heads;
 mod restart;
+mod rolling_restart;
 mod sale_controls;
 mod sessions;
 mod shared_gate;

@@ -136,6 +136,10 @@ pub enum Need {
     /// A Redis server as [`Need::RedisServer`] and RabbitMQ answering at
     /// `SECKILL_TEST_AMQP_URL`, whatever the run's pipeline.
     RedisAndRabbitmqServers,
+    /// The programs a deployment test starts its hosts, backends and load balancer with
+    /// (`ip`, `haproxy`, `openssl`, `redis-server`, `setpriv`, RabbitMQ's and PostgreSQL's),
+    /// in a run without RabbitMQ (so its processes relay through their own node only).
+    Deployment,
 }
 
 impl Need {
@@ -155,8 +159,28 @@ impl Need {
             }
             Self::RedisServer => answers(&run.redis_url),
             Self::RedisAndRabbitmqServers => answers(&run.redis_url) && answers(&run.amqp_url),
+            Self::Deployment => {
+                !run.relay_through_amqp
+                    && ["ip", "haproxy", "openssl", "redis-server", "setpriv"]
+                        .iter()
+                        .all(|program| on_path(program).is_some())
+                    && std::path::Path::new(RABBITMQ_SERVER).exists()
+            }
         }
     }
+}
+
+/// RabbitMQ's own start script (Debian's `rabbitmq-server` on the `PATH` switches to the
+/// system's `rabbitmq` user and node): a test starts a node of its own with it.
+pub const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
+
+/// Where `program` is on the `PATH`, when it is there.
+pub fn on_path(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|dir| std::path::Path::new(dir).join(program))
+        .find(|path| path.exists())
 }
 
 /// Whether the (first) server of `url` accepts a TCP connection: a test that needs a server
@@ -241,6 +265,13 @@ impl TestDatabase {
         STALE_DROPPED
             .get_or_init(|| drop_stale_databases(&server, dialect))
             .await;
+        Self::created_on(&server).await
+    }
+
+    /// A new, empty database on the PostgreSQL or MySQL server at `server` (a test's own).
+    pub async fn created_on(server: &str) -> Self {
+        sqlx::any::install_default_drivers();
+        let dialect = Dialect::from_url(server).unwrap();
         let name = format!(
             "seckill_t_{}_{}",
             std::process::id(),

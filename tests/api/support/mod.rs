@@ -17,6 +17,9 @@
 //!   manager does.
 //! - `tls_servers.rs`: certificates a test makes, and Redis, PostgreSQL and RabbitMQ servers
 //!   that speak TLS only.
+//! - `hosts.rs`, `host_backends.rs`, `haproxy.rs`, `rolling.rs`: the deployment across hosts
+//!   (network namespaces), its backends and load balancer, and a rolling restart as the
+//!   shoppers behind the load balancer see it.
 
 pub mod app;
 pub mod backends;
@@ -24,6 +27,9 @@ pub mod bare;
 pub mod buy;
 pub mod crowd;
 pub mod faulty_sale;
+pub mod haproxy;
+pub mod host_backends;
+pub mod hosts;
 pub mod http;
 pub mod operator;
 pub mod orders;
@@ -31,6 +37,7 @@ pub mod private_redis;
 pub mod probes;
 pub mod processes;
 pub mod proxies;
+pub mod rolling;
 pub mod sandbox;
 pub mod shared_redis;
 pub mod shoppers;

@@ -77,7 +77,25 @@ impl Cluster {
 
     /// `seckill <subcommand>` over the shared backends, with `extra` environment.
     pub fn command(&self, subcommand: &str, extra: &[(&str, &str)]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+        self.command_via(&[], subcommand, extra)
+    }
+
+    /// [`Cluster::command`] run through `prefix` (`ip netns exec HOST`: on another host).
+    pub fn command_via(
+        &self,
+        prefix: &[String],
+        subcommand: &str,
+        extra: &[(&str, &str)],
+    ) -> Command {
+        let binary = env!("CARGO_BIN_EXE_seckill");
+        let mut command = match prefix.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         command
             .arg(subcommand)
             .env_clear()
@@ -113,7 +131,17 @@ impl Cluster {
 
     /// Starts a process and waits for the first line it prints (it is ready then).
     pub async fn start(&self, subcommand: &str, extra: &[(&str, &str)]) -> (Child, String) {
-        launch(self.command(subcommand, extra), subcommand).await
+        self.start_via(&[], subcommand, extra).await
+    }
+
+    /// [`Cluster::start`] through `prefix` (see [`Cluster::command_via`]).
+    pub async fn start_via(
+        &self,
+        prefix: &[String],
+        subcommand: &str,
+        extra: &[(&str, &str)],
+    ) -> (Child, String) {
+        launch(self.command_via(prefix, subcommand, extra), subcommand).await
     }
 
     /// A server process; returns it and its base URL.
@@ -123,7 +151,12 @@ impl Cluster {
 
     /// A server process with `extra` environment; returns it and its base URL.
     pub async fn server_with(&self, extra: &[(&str, &str)]) -> (Child, String) {
-        let (child, line) = self.start("serve", extra).await;
+        self.server_via(&[], extra).await
+    }
+
+    /// [`Cluster::server_with`] through `prefix` (see [`Cluster::command_via`]).
+    pub async fn server_via(&self, prefix: &[String], extra: &[(&str, &str)]) -> (Child, String) {
+        let (child, line) = self.start_via(prefix, "serve", extra).await;
         let base = line
             .split_whitespace()
             .find(|word| word.starts_with("http://"))
