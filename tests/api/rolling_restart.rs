@@ -8,13 +8,15 @@
 mod needs_deployment {
     use crate::support::crowd::assert_stored_exactly;
     use crate::support::haproxy::Haproxy;
-    use crate::support::host_backends::{HostPostgres, HostRabbitmq, HostRedis};
     use crate::support::hosts::{Host, Network, say};
     use crate::support::private_redis::free_port;
+    use crate::support::probes;
     use crate::support::processes::Cluster;
     use crate::support::rolling::{Drain, Shoppers, watch_drain};
+    use crate::support::tls_servers::{Certificates, TlsPostgres, TlsRabbit, TlsRedis};
     use crate::support::{ADMIN_TOKEN, Need, TestDatabase, require};
     use reqwest::StatusCode;
+    use std::net::IpAddr;
     use std::sync::Arc;
     use std::time::Duration;
     use tokio::process::Child;
@@ -28,20 +30,9 @@ mod needs_deployment {
 
     /// Sends SIGTERM to `process` and waits until it exits; it must exit 0 within 30 s.
     async fn terminate(name: &str, process: &mut Child) {
-        let pid = process.id().expect("a running process") as i32;
-        assert_eq!(
-            unsafe { libc::kill(pid, libc::SIGTERM) },
-            0,
-            "kill -TERM {pid}"
-        );
-        let exit = tokio::time::timeout(Duration::from_secs(30), process.wait())
-            .await
-            .unwrap_or_else(|_| panic!("the {name} did not exit within 30 s of SIGTERM"))
-            .unwrap();
-        assert!(
-            exit.success(),
-            "the {name} exited with {exit} after SIGTERM"
-        );
+        probes::signal(process, "TERM").await;
+        let (_, clean) = probes::exits_within(process, Duration::from_secs(30)).await;
+        assert!(clean, "the {name} did not exit 0 after SIGTERM");
     }
 
     /// Stops the server `name` (process and base URL) with SIGTERM, watching its own `/readyz`,
@@ -54,6 +45,7 @@ mod needs_deployment {
         host: &Host,
         server: &mut (Child, String),
         name: &str,
+        env: &[(&str, &str)],
     ) -> Drain {
         let drain = watch_drain(&server.1);
         terminate(&format!("server {name}"), &mut server.0).await;
@@ -73,9 +65,8 @@ mod needs_deployment {
              health check {check}"
         );
         let addr = server.1.trim_start_matches("http://").to_owned();
-        *server = cluster
-            .server_via(&host.prefix(), &[("SECKILL_HTTP_ADDR", &addr)])
-            .await;
+        let env = [env, &[("SECKILL_HTTP_ADDR", addr.as_str())]].concat();
+        *server = cluster.server_via(&host.prefix(), &env).await;
         haproxy
             .wait_up("seckill_ready", name, Duration::from_secs(30))
             .await;
@@ -85,22 +76,7 @@ mod needs_deployment {
     /// Waits until the worker at `base` is ready (up to 10 s), then scrapes its metrics as a
     /// monitoring system would: with the admin token, its build among them.
     async fn scraped(client: &reqwest::Client, base: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ready = client.get(format!("{base}/readyz")).send().await;
-            let status = ready.map(|answer| answer.status());
-            if status
-                .as_ref()
-                .is_ok_and(|status| *status == StatusCode::OK)
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the worker's /readyz answers {status:?} 10 s after it started"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        probes::readyz_turns(client, base, StatusCode::OK, Duration::from_secs(10)).await;
         let metrics = client
             .get(format!("{base}/metrics"))
             .bearer_auth(ADMIN_TOKEN);
@@ -117,33 +93,55 @@ mod needs_deployment {
         let began = Instant::now();
         let (_network, hosts) = Network::hosts(&["backends", "server1", "server2", "worker"]);
         let [backends, server1, server2, worker_host]: [Host; 4] = hosts.try_into().ok().unwrap();
-        // Plain links to the backends, each bound to the backends host's address only.
-        let rabbitmq = HostRabbitmq::start(&backends);
-        let postgres = HostPostgres::start(&backends).await;
-        let redis = HostRedis::start(&backends).await;
-        rabbitmq.wait_ready().await;
-        let db = Arc::new(TestDatabase::created_on(&postgres.url).await);
-        let cluster = Cluster::on_redis(db, redis.url.clone()).with_amqp(rabbitmq.url.clone());
+        // TLS-only backends, each bound to the backends host's address only, with certificates
+        // of the test's own (HAProxy shows the same server certificate, for 127.0.0.1).
+        let certs = Certificates::make(Some(IpAddr::V4(backends.ip)));
+        let ca = certs.ca().display().to_string();
+        let on_backends = backends.prefix();
+        let on_backends: Vec<&str> = on_backends.iter().map(String::as_str).collect();
+        let bind = IpAddr::V4(backends.ip);
+        let (rabbitmq, postgres, redis) = tokio::join!(
+            TlsRabbit::start(&certs, &on_backends, bind),
+            TlsPostgres::start(&certs, &on_backends, bind),
+            TlsRedis::single(&certs, &on_backends, bind, false),
+        );
+        let options = format!("sslmode=verify-full&sslrootcert={ca}");
+        let db = Arc::new(TestDatabase::on_own_server(
+            postgres.url("postgres", &options),
+        ));
+        let cluster = Cluster::on_redis(db, redis.url(0)).with_amqp(rabbitmq.url());
         let observer = cluster
-            .observer_with(|c| c.redis_url = Some(redis.url.clone()))
+            .observer_with(|c| {
+                c.redis_url = Some(redis.url(0));
+                c.redis_ca_file = Some(certs.ca());
+                c.amqp_ca_file = Some(certs.ca());
+            })
             .await;
+        let tls_env = [
+            ("SECKILL_REDIS_CA_FILE", ca.as_str()),
+            ("SECKILL_AMQP_CA_FILE", ca.as_str()),
+        ];
         let product = observer.live_product(STOCK, 1).await;
         let tokens = observer.users(BUYERS).await;
 
         let addrs = [&server1, &server2].map(|host| format!("{}:{}", host.ip, free_port()));
         let mut servers = Vec::new();
         for (host, addr) in [&server1, &server2].into_iter().zip(&addrs) {
-            let env = [("SECKILL_HTTP_ADDR", addr.as_str())];
+            let env = [&tls_env[..], &[("SECKILL_HTTP_ADDR", addr.as_str())]].concat();
             servers.push(cluster.server_via(&host.prefix(), &env).await);
         }
         // The worker's own /healthz, /readyz and /metrics (branch ready's `worker_addr`).
         let worker_addr = format!("{}:{}", worker_host.ip, free_port());
-        let worker_env = [("SECKILL_WORKER_ADDR", worker_addr.as_str())];
+        let worker_env = [
+            &tls_env[..],
+            &[("SECKILL_WORKER_ADDR", worker_addr.as_str())],
+        ]
+        .concat();
         let worker_base = format!("http://{worker_addr}");
         let (mut worker, _) = cluster
             .start_via(&worker_host.prefix(), "worker", &worker_env)
             .await;
-        let mut haproxy = Haproxy::start(&addrs).await;
+        let mut haproxy = Haproxy::start(&addrs, &certs).await;
         for name in ["s1", "s2"] {
             haproxy
                 .wait_up("seckill_ready", name, Duration::from_secs(10))
@@ -159,7 +157,7 @@ mod needs_deployment {
         for (i, host) in [&server1, &server2].into_iter().enumerate() {
             let name = format!("s{}", i + 1);
             let answered = shoppers.answered();
-            let drain = restart(&cluster, &haproxy, host, &mut servers[i], &name).await;
+            let drain = restart(&cluster, &haproxy, host, &mut servers[i], &name, &tls_env).await;
             assert!(
                 shoppers.answered() > answered,
                 "no request was answered while {name} restarted: the test proved nothing"

@@ -265,13 +265,6 @@ impl TestDatabase {
         STALE_DROPPED
             .get_or_init(|| drop_stale_databases(&server, dialect))
             .await;
-        Self::created_on(&server).await
-    }
-
-    /// A new, empty database on the PostgreSQL or MySQL server at `server` (a test's own).
-    pub async fn created_on(server: &str) -> Self {
-        sqlx::any::install_default_drivers();
-        let dialect = Dialect::from_url(server).unwrap();
         let name = format!(
             "seckill_t_{}_{}",
             std::process::id(),

@@ -5,7 +5,8 @@
 
 use super::http::client_builder;
 use super::private_redis::free_port;
-use std::path::{Path, PathBuf};
+use super::tls_servers::Certificates;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tempfile::TempDir;
@@ -33,9 +34,12 @@ pub struct Haproxy {
 impl Haproxy {
     /// Starts HAProxy with the shipped configuration in front of `servers` (`HOST:PORT` each,
     /// as many as the configuration names: two).
-    pub async fn start(servers: &[String; 2]) -> Self {
+    pub async fn start(servers: &[String; 2], certs: &Certificates) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let ca = make_certificates(dir.path());
+        let pem = std::fs::read_to_string(certs.file("server.pem")).unwrap()
+            + &std::fs::read_to_string(certs.file("server.key")).unwrap();
+        std::fs::write(dir.path().join("shop.pem"), pem).unwrap();
+        let ca = std::fs::read_to_string(certs.ca()).unwrap();
         let stats = dir.path().join("admin.sock");
         let bind = format!("127.0.0.1:{}", free_port());
         let log = std::fs::File::create(dir.path().join("haproxy.log")).unwrap();
@@ -142,63 +146,4 @@ impl Haproxy {
             panic!("HAProxy exited ({exit})");
         }
     }
-}
-
-/// A CA and a certificate for `127.0.0.1` signed by it, made with `openssl` in `dir`: writes
-/// `shop.pem` (certificate and key, as HAProxy takes them); returns the CA's certificate.
-fn make_certificates(dir: &Path) -> String {
-    let path = |name: &str| dir.join(name).display().to_string();
-    let key = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-days",
-        "2",
-    ];
-    let (ca, ca_key, crt, crt_key) = (
-        path("ca.pem"),
-        path("ca.key"),
-        path("shop.crt"),
-        path("shop.key"),
-    );
-    openssl(&[
-        &[
-            "req",
-            "-x509",
-            "-subj",
-            "/CN=seckill test CA",
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca,
-        ][..],
-        &key,
-    ]);
-    openssl(&[
-        &[
-            "req", "-x509", "-CA", &ca, "-CAkey", &ca_key, "-subj", "/CN=shop",
-        ][..],
-        &["-addext", "subjectAltName=IP:127.0.0.1"],
-        &["-addext", "basicConstraints=critical,CA:FALSE"],
-        &["-keyout", &crt_key, "-out", &crt],
-        &key,
-    ]);
-    let pem = std::fs::read_to_string(&crt).unwrap() + &std::fs::read_to_string(&crt_key).unwrap();
-    std::fs::write(path("shop.pem"), pem).unwrap();
-    std::fs::read_to_string(&ca).unwrap()
-}
-
-/// `openssl` with the arguments `parts` joined; fails the test with its output if it fails.
-fn openssl(parts: &[&[&str]]) {
-    let output = std::process::Command::new("openssl")
-        .args(parts.concat())
-        .output()
-        .expect("running openssl");
-    assert!(
-        output.status.success(),
-        "openssl failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }

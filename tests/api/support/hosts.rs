@@ -24,15 +24,6 @@ impl Host {
             None => Vec::new(),
         }
     }
-
-    /// `program` run on this host.
-    pub fn command(&self, program: &str) -> tokio::process::Command {
-        let mut words = self.prefix();
-        words.push(program.to_owned());
-        let mut command = tokio::process::Command::new(&words[0]);
-        command.args(&words[1..]);
-        command
-    }
 }
 
 /// The namespaces and the bridge of one test, removed when dropped (a failing test too).

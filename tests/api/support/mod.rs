@@ -13,6 +13,9 @@
 //! - `processes.rs`, `crowd.rs`, `faulty_sale.rs`, `private_redis.rs`, `proxies.rs`: server
 //!   and worker processes of the real binary, crowds buying from them, and the faults a test
 //!   makes (its own Redis or RabbitMQ killed, a link cut).
+//! - `hosts.rs`, `haproxy.rs`, `rolling.rs`: the deployment across hosts
+//!   (network namespaces), its load balancer, and a rolling restart as the
+//!   shoppers behind the load balancer see it.
 //! - `probes.rs`: `/readyz` read as a load balancer does, and SIGTERM sent as a service
 //!   manager does.
 //! - `tls_servers.rs`: certificates a test makes, and Redis, PostgreSQL and RabbitMQ servers
@@ -28,7 +31,6 @@ pub mod buy;
 pub mod crowd;
 pub mod faulty_sale;
 pub mod haproxy;
-pub mod host_backends;
 pub mod hosts;
 pub mod http;
 pub mod operator;

@@ -8,6 +8,7 @@
 //! or e.g. `["ip", "netns", "exec", "host1"]` for a network namespace); the server is found
 //! ready through the same prefix, so it works wherever the prefix puts it.
 
+use super::backends::RABBITMQ_SERVER;
 use super::private_redis::{free_port, redis_server};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -225,7 +226,14 @@ impl TlsRedis {
             let dir = tempfile::tempdir().unwrap();
             let file = |name: &str| certs.file(name).to_str().unwrap().to_owned();
             let node = command(prefix, &binary)
-                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port.to_string(),
+                    "--protected-mode",
+                    "no",
+                ])
                 .args([
                     "--bind",
                     &bind.to_string(),
@@ -537,10 +545,6 @@ impl TlsMariadb {
         )
     }
 }
-
-/// The server script of the Debian package (`/usr/sbin/rabbitmq-server` would switch to the
-/// `rabbitmq` user and its data directory).
-const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 
 /// A RabbitMQ node of a test's own, run under `prefix`: named `node`, its data, logs,
 /// plugins and configuration (`rabbitmq.conf`, which says its listeners) in `dir`, in a
