@@ -3,33 +3,25 @@
 //! `127.0.0.1` (which on the shopper's machine is the shopper's own) and never at whatever
 //! `Host` header the shopper sent.
 
+use crate::support::processes::launch;
 use crate::support::{client_builder, status_and_json};
 use serde_json::{Value, json};
 use std::process::Stdio;
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 #[tokio::test]
 async fn a_demo_on_every_address_sends_shoppers_to_pay_at_the_address_they_reached() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_seckill"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command
         .args(["serve", "--demo", "--addr", "0.0.0.0:0"])
         .current_dir(dir.path())
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("the demo starts within 30 s")
-        .unwrap()
-        .expect("the demo prints its address");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .kill_on_drop(true);
+    let (_server, first) = launch(command, "serve --demo").await;
     let port = first
         .split("http://0.0.0.0:")
         .nth(1)

@@ -84,6 +84,25 @@ async fn half_sent_request(addr: SocketAddr) -> (TcpStream, &'static [u8]) {
     (connection, rest)
 }
 
+/// Sends SIGTERM to `server` at `base`, whose `/readyz` must answer 503 `draining` within a
+/// second; returns its body and how long it took.
+async fn terminated(
+    server: &tokio::process::Child,
+    client: &Client,
+    base: &str,
+) -> (serde_json::Value, Duration) {
+    signal(server, "TERM").await;
+    let (body, took) = readyz_turns(
+        client,
+        base,
+        StatusCode::SERVICE_UNAVAILABLE,
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(body["status"], "draining", "{body}");
+    (body, took)
+}
+
 /// A client that sends a body (within the body limit) a byte every 200 ms, for longer than
 /// any test: never stalled, never done.
 async fn trickle(addr: SocketAddr) {
@@ -115,15 +134,7 @@ async fn sigterm_drains_through_the_grace_and_exits_cleanly_within_the_timeout()
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let signalled = Instant::now();
-    signal(&server, "TERM").await;
-    let (body, took) = readyz_turns(
-        &client,
-        &base,
-        StatusCode::SERVICE_UNAVAILABLE,
-        Duration::from_secs(1),
-    )
-    .await;
-    assert_eq!(body["status"], "draining", "{body}");
+    let (body, took) = terminated(&server, &client, &base).await;
     assert_eq!(body["checks"]["database"], "ok", "{body}");
     println!("/readyz answered 503 draining {took:?} after SIGTERM");
 
@@ -169,15 +180,7 @@ async fn a_second_signal_skips_the_grace() {
     let (mut server, addr, client, _db) = server(grace.as_secs(), TIMEOUT.as_secs()).await;
     let base = format!("http://{addr}");
     readyz_turns(&client, &base, StatusCode::OK, Duration::from_secs(5)).await;
-    signal(&server, "TERM").await;
-    let (body, _) = readyz_turns(
-        &client,
-        &base,
-        StatusCode::SERVICE_UNAVAILABLE,
-        Duration::from_secs(1),
-    )
-    .await;
-    assert_eq!(body["status"], "draining", "{body}");
+    terminated(&server, &client, &base).await;
     let events = client.get(format!("{base}/api/v1/events")).send().await;
     assert_eq!(events.unwrap().status(), StatusCode::OK);
     signal(&server, "INT").await;

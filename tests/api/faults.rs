@@ -39,15 +39,8 @@ mod needs_server_database_and_single_redis {
     async fn the_database_refusing_connections_for_ten_seconds_loses_no_accepted_order() {
         require(Need::ServerDatabaseAndSingleRedis);
         let db = Arc::new(TestDatabase::fresh().await);
-        let mut through = reqwest::Url::parse(&db.url).unwrap();
-        let target = format!(
-            "{}:{}",
-            through.host_str().unwrap(),
-            through.port().unwrap()
-        );
-        let proxy = Proxy::start(target.parse().unwrap()).await;
-        through.set_port(Some(proxy.port)).unwrap();
-        let cluster = Cluster::new(db).with_database_url(through.to_string());
+        let (proxy, through) = Proxy::in_front_of(&db.url).await;
+        let cluster = Cluster::new(db).with_database_url(through);
         let stock = 1_500;
         let mut sale = Sale::start(&cluster, stock, 3_000, &[]).await;
         let (observer, product) = (&sale.observer, sale.product);

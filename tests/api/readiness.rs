@@ -39,19 +39,6 @@ mod needs_server_database_and_single_redis {
     use seckill::clock::SystemClock;
     use std::sync::Arc;
 
-    /// A proxy in front of the server at `url`, and `url` rewritten to go through it.
-    async fn through_proxy(url: &str) -> (Proxy, String) {
-        let mut through = reqwest::Url::parse(url).unwrap();
-        let target = format!(
-            "{}:{}",
-            through.host_str().unwrap(),
-            through.port().unwrap()
-        );
-        let proxy = Proxy::start(target.parse().unwrap()).await;
-        through.set_port(Some(proxy.port)).unwrap();
-        (proxy, through.to_string())
-    }
-
     /// Cuts `proxy`, waits for `/readyz` to answer 503 naming `check`, restores it and waits
     /// for 200: each within [`WITHIN`].
     async fn lost_and_found(app: &TestApp, proxy: &Proxy, check: &str) {
@@ -81,8 +68,8 @@ mod needs_server_database_and_single_redis {
     async fn readyz_follows_the_database_and_redis_links() {
         require(Need::ServerDatabaseAndSingleRedis);
         let db = Arc::new(TestDatabase::fresh().await);
-        let (database, database_url) = through_proxy(&db.url).await;
-        let (redis, redis_url) = through_proxy(&backends().redis_url).await;
+        let (database, database_url) = Proxy::in_front_of(&db.url).await;
+        let (redis, redis_url) = Proxy::in_front_of(&backends().redis_url).await;
         let app = TestApp::spawn_on(db, Arc::new(SystemClock), |config| {
             config.database_url = database_url.parse().unwrap();
             config.redis_url = Some(redis_url);

@@ -5,7 +5,7 @@
 mod needs_single_redis {
     use crate::support::buy::request;
     use crate::support::probes::{exits_within, readyz_turns, signal};
-    use crate::support::processes::{Cluster, launch};
+    use crate::support::processes::{Cluster, base_url, launch};
     use crate::support::{ADMIN_TOKEN, Need, TestDatabase, require, status_and_json};
     use reqwest::StatusCode;
     use serde_json::json;
@@ -32,12 +32,7 @@ mod needs_single_redis {
         let mut command = cluster.command("worker", &[]);
         command.args(["--addr", "127.0.0.1:0"]);
         let (mut worker, line) = launch(command, "worker").await;
-        let base = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .trim_end_matches('/')
-            .to_owned();
+        let base = base_url(&line);
         let client = &observer.client;
 
         let bought = request(client, &server, &token, product, 1)

@@ -157,13 +157,7 @@ impl Cluster {
     /// [`Cluster::server_with`] through `prefix` (see [`Cluster::command_via`]).
     pub async fn server_via(&self, prefix: &[String], extra: &[(&str, &str)]) -> (Child, String) {
         let (child, line) = self.start_via(prefix, "serve", extra).await;
-        let base = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .trim_end_matches('/')
-            .to_owned();
-        (child, base)
+        (child, base_url(&line))
     }
 }
 
@@ -285,4 +279,13 @@ pub async fn embedded_server_with(
         .to_owned();
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, addr)
+}
+
+/// The base URL a process's first line names (`… at http://ADDR/ …`).
+pub fn base_url(line: &str) -> String {
+    line.split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .trim_end_matches(['/', ';', ','])
+        .to_owned()
 }

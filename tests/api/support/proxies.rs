@@ -17,6 +17,19 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A proxy in front of the server at `url`, and `url` rewritten to go through it.
+    pub async fn in_front_of(url: &str) -> (Self, String) {
+        let mut through = reqwest::Url::parse(url).unwrap();
+        let target = format!(
+            "{}:{}",
+            through.host_str().unwrap(),
+            through.port().unwrap()
+        );
+        let proxy = Self::start(target.parse().unwrap()).await;
+        through.set_port(Some(proxy.port)).unwrap();
+        (proxy, through.to_string())
+    }
+
     /// A proxy on a free local port to `target`, open.
     pub async fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
