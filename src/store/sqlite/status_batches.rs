@@ -150,7 +150,9 @@ mod tests {
     }
 
     /// A leader dropped while it waits for the writer leaves the changes it took to the next.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    /// On one thread, so each task's first poll (its change queued, then its place in line for
+    /// the turn) ends before the next task runs: the first queued is the first in line.
+    #[tokio::test]
     async fn changes_taken_by_a_leader_that_went_away_are_applied_by_the_next() {
         let batches = Arc::new(StatusBatches::default());
         let held = batches.turn.lock().await;
