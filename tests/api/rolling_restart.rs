@@ -13,7 +13,7 @@ mod needs_deployment {
     use crate::support::probes;
     use crate::support::processes::Cluster;
     use crate::support::rolling::{Drain, Shoppers, watch_drain};
-    use crate::support::tls_servers::{Certificates, TlsPostgres, TlsRabbit, TlsRedis};
+    use crate::support::tls_servers::{Certificates, TlsMariadb, TlsPostgres, TlsRabbit, TlsRedis};
     use crate::support::{ADMIN_TOKEN, Need, TestDatabase, require};
     use reqwest::StatusCode;
     use std::net::IpAddr;
@@ -86,9 +86,29 @@ mod needs_deployment {
         assert!(text.contains("seckill_build_info{"), "{text}");
     }
 
+    /// The database server on the backends host, TLS only.
+    #[derive(Clone, Copy, Debug)]
+    enum Database {
+        /// PostgreSQL with `hostssl` lines only.
+        Postgres,
+        /// MariaDB with `require_secure_transport`.
+        Mariadb,
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     #[ignore = "needs root (network namespaces), haproxy, openssl, redis-server, RabbitMQ and PostgreSQL: run by scripts/test on postgres"]
     async fn a_rolling_restart_behind_haproxy_fails_no_request_and_loses_no_order() {
+        rolling_restart(Database::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "needs root (network namespaces), haproxy, openssl, redis-server, RabbitMQ and MariaDB: run by scripts/test on postgres"]
+    async fn a_rolling_restart_over_mariadb_fails_no_request_and_loses_no_order() {
+        rolling_restart(Database::Mariadb).await;
+    }
+
+    /// The deployment over `database`, restarted process by process under a crowd.
+    async fn rolling_restart(database: Database) {
         require(Need::Deployment);
         let began = Instant::now();
         let (_network, hosts) = Network::hosts(&["backends", "server1", "server2", "worker"]);
@@ -100,15 +120,24 @@ mod needs_deployment {
         let on_backends = backends.prefix();
         let on_backends: Vec<&str> = on_backends.iter().map(String::as_str).collect();
         let bind = IpAddr::V4(backends.ip);
-        let (rabbitmq, postgres, redis) = tokio::join!(
+        let (rabbitmq, redis) = tokio::join!(
             TlsRabbit::start(&certs, &on_backends, bind),
-            TlsPostgres::start(&certs, &on_backends, bind),
             TlsRedis::single(&certs, &on_backends, bind, false),
         );
-        let options = format!("sslmode=verify-full&sslrootcert={ca}");
-        let db = Arc::new(TestDatabase::on_own_server(
-            postgres.url("postgres", &options),
-        ));
+        // Kept until the test ends: dropping one stops its server.
+        let (url, _postgres, _mariadb) = match database {
+            Database::Postgres => {
+                let postgres = TlsPostgres::start(&certs, &on_backends, bind).await;
+                let options = format!("sslmode=verify-full&sslrootcert={ca}");
+                (postgres.url("postgres", &options), Some(postgres), None)
+            }
+            Database::Mariadb => {
+                let mariadb = TlsMariadb::start(&certs, &on_backends, bind).await;
+                let options = format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}");
+                (mariadb.url("seckill", &options), None, Some(mariadb))
+            }
+        };
+        let db = Arc::new(TestDatabase::on_own_server(url));
         let cluster = Cluster::on_redis(db, redis.url(0)).with_amqp(rabbitmq.url());
         let observer = cluster
             .observer_with(|c| {
@@ -176,7 +205,7 @@ mod needs_deployment {
         let tally = shoppers.finish().await;
         haproxy.assert_running();
         say(&format!(
-            "{} requests answered, {} failed; {} orders accepted of {STOCK} units for {BUYERS} \
+            "{database:?}: {} requests answered, {} failed; {} orders accepted of {STOCK} units for {BUYERS} \
              buyers; drains (since SIGTERM) {drains:?}; hosts and backends ready after \
              {ready_at:?}, restarts took {restarted_in:?}, {:?} in all",
             tally.answered,
