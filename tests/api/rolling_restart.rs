@@ -159,7 +159,7 @@ mod needs_deployment {
             let env = [&tls_env[..], &[("SECKILL_HTTP_ADDR", addr.as_str())]].concat();
             servers.push(cluster.server_via(&host.prefix(), &env).await);
         }
-        // The worker's own /healthz, /readyz and /metrics (branch ready's `worker_addr`).
+        // The worker's own /healthz, /readyz and /metrics.
         let worker_addr = format!("{}:{}", worker_host.ip, free_port());
         let worker_env = [
             &tls_env[..],
