@@ -488,47 +488,59 @@ pub struct WorkerApp {
     core: Core,
     /// The consumers: the outbox drain and RabbitMQ's queues.
     worker: Worker,
-    /// What the worker's routes see (the admin token and its throttle, the readiness), and
-    /// their body limit.
-    http: (AppState, usize),
+    /// Where the worker's routes are served, what they see (the admin token and its throttle,
+    /// the readiness) and their body limit; `None` without an address, and then no readiness
+    /// is checked either, since nobody could read it.
+    http: Option<(TcpListener, AppState, usize)>,
     /// The readiness checks and the throttle's upkeep: aborted at shutdown.
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl WorkerApp {
-    /// Builds the core from `config` and starts the scheduler and the consumers.
-    pub async fn build(config: &Config, clock: SharedClock) -> anyhow::Result<Self> {
+    /// Builds the core from `config` and starts the scheduler and the consumers; with a
+    /// `listener`, also the state of the routes served on it and the readiness checks.
+    pub async fn build(
+        config: &Config,
+        clock: SharedClock,
+        listener: Option<TcpListener>,
+    ) -> anyhow::Result<Self> {
         let mut core = Core::build(config, clock.clone()).await?;
-        // Installed before the consumers start, so their first batches are counted too.
-        crate::http::metrics::install();
-        let revoked = Arc::new(RevokedSessions::default());
-        let (state, _) = http_state(config, &core, clock, revoked).await?;
+        let mut tasks = Vec::new();
+        let http = match listener {
+            Some(listener) => {
+                // Installed before the consumers start, so their first batches are counted too.
+                crate::http::metrics::install();
+                let revoked = Arc::new(RevokedSessions::default());
+                let (state, _) = http_state(config, &core, clock, revoked).await?;
+                tasks.push(spawn_forget_idle(state.limits.clone()));
+                tasks.extend(core.check_readiness(&state.readiness));
+                Some((listener, state, config.max_body_bytes))
+            }
+            None => None,
+        };
         core.start_scheduler();
         let Some(worker) = core.start_worker(config).await? else {
             anyhow::bail!("no consumers to run");
         };
-        let mut tasks = vec![spawn_forget_idle(state.limits.clone())];
-        tasks.extend(core.check_readiness(&state.readiness));
         Ok(Self {
             core,
             worker,
-            http: (state, config.max_body_bytes),
+            http,
             tasks,
         })
     }
 
-    /// Works until `stop` completes, serving the worker's routes on `listener` if given; then
+    /// Works until `stop` completes, serving the worker's routes if it has an address; then
     /// `/readyz` answers `draining`, the consumers finish or hand back the batches they hold,
     /// the listener closes and the background tasks stop.
-    pub async fn run(
-        self,
-        listener: Option<TcpListener>,
-        stop: impl Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
-        let (state, max_body_bytes) = self.http;
+    pub async fn run(self, stop: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stopped, serving) = watch::channel(false);
-        let server = listener.map(|listener| {
-            let router = crate::http::worker_router(state.clone(), max_body_bytes);
+        let readiness = self
+            .http
+            .as_ref()
+            .map(|(_, state, _)| state.readiness.clone());
+        let server = self.http.map(|(listener, state, max_body_bytes)| {
+            let router = crate::http::worker_router(state, max_body_bytes);
             let mut serving = serving.clone();
             tokio::spawn(
                 crate::server::serve(listener, router)
@@ -540,10 +552,11 @@ impl WorkerApp {
             )
         });
         stop.await;
-        state.readiness.drain();
-        tracing::info!(
-            "shutting down: /readyz answers 503 draining; finishing the batches in hand"
-        );
+        if let Some(readiness) = readiness {
+            readiness.drain();
+            tracing::info!("shutting down: /readyz answers 503 draining");
+        }
+        tracing::info!("shutting down: finishing the batches in hand");
         self.worker.stop().await;
         let _ = stopped.send(true);
         if let Some(server) = server {

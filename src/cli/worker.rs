@@ -36,7 +36,6 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let worker = WorkerApp::build(&config, Arc::new(SystemClock)).await?;
     let observed = match &listener {
         Some(listener) => format!(
             "; /healthz, /readyz and /metrics at http://{}/",
@@ -44,9 +43,10 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
         ),
         None => String::new(),
     };
+    let worker = WorkerApp::build(&config, Arc::new(SystemClock), listener).await?;
     println!(
         "seckill worker is storing orders (database {}){observed}",
         config.database_url.redacted()
     );
-    worker.run(listener, signals.nth(1)).await
+    worker.run(signals.nth(1)).await
 }
