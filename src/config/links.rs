@@ -105,8 +105,8 @@ impl Config {
         }
     }
 
-    /// Refuses TLS settings that would be ignored or half given, and a Redis URL whose nodes
-    /// disagree on TLS.
+    /// Refuses TLS settings that would be ignored or half given, a Redis URL whose nodes
+    /// disagree on TLS, and a client certificate for an unverified Sentinel master.
     pub(super) fn validate_tls(&self) -> anyhow::Result<()> {
         if self.redis_client_cert_file.is_some() != self.redis_client_key_file.is_some() {
             bail!(
@@ -134,9 +134,22 @@ impl Config {
             if file.is_some() && redis == Protection::Plain {
                 bail!(
                     "{key} ({variable}) is set but redis_url does not ask for TLS: \
-                     write rediss://, rediss+cluster:// or a list of rediss:// URLs"
+                     write rediss://, rediss+sentinel://, rediss+cluster:// or a list of \
+                     rediss:// URLs"
                 );
             }
+        }
+        let sentinel = self
+            .redis_url
+            .as_deref()
+            .is_some_and(|url| has_scheme(url.trim(), "rediss+sentinel://"));
+        if sentinel && redis == Protection::Unverified && self.redis_client_cert_file.is_some() {
+            // The driver's Sentinel support presents no client certificate to a master whose
+            // certificate it does not check.
+            bail!(
+                "redis_client_cert_file (SECKILL_REDIS_CLIENT_CERT_FILE) cannot reach a Sentinel \
+                 master reached with #insecure: drop #insecure and give its CA in redis_ca_file"
+            );
         }
         let amqp_tls = self
             .amqp_url
@@ -157,11 +170,18 @@ fn has_scheme(url: &str, scheme: &str) -> bool {
         .is_some_and(|head| head.eq_ignore_ascii_case(scheme))
 }
 
-/// A Redis URL's protection: each of its nodes (one URL, `rediss+cluster://` seeds, or a
+/// A Redis URL's protection: each of its nodes (one URL, `rediss+cluster://` seeds, a
+/// `rediss+sentinel://` group, whose sentinels and master are reached alike, or a
 /// comma-separated list) must ask for the same, since a cluster's links are all alike.
 fn redis_protection(url: &str) -> anyhow::Result<Protection> {
     let url = url.trim();
-    if has_scheme(url, "rediss+cluster://") {
+    let one_scheme = [
+        "redis+cluster://",
+        "rediss+cluster://",
+        "redis+sentinel://",
+        "rediss+sentinel://",
+    ];
+    if one_scheme.iter().any(|scheme| has_scheme(url, scheme)) {
         return Ok(redis_node_protection(url));
     }
     let mut nodes = url
@@ -177,10 +197,15 @@ fn redis_protection(url: &str) -> anyhow::Result<Protection> {
     Ok(first)
 }
 
-/// One Redis URL's protection: `rediss://` (or `valkeys://`) is TLS, unverified with the
-/// driver's `#insecure`.
+/// One Redis URL's protection: `rediss://` (or `valkeys://`, `rediss+cluster://`,
+/// `rediss+sentinel://`) is TLS, unverified with the driver's `#insecure`.
 fn redis_node_protection(url: &str) -> Protection {
-    let tls = ["rediss://", "rediss+cluster://", "valkeys://"]
+    let tls = [
+        "rediss://",
+        "rediss+cluster://",
+        "rediss+sentinel://",
+        "valkeys://",
+    ]
         .iter()
         .any(|scheme| has_scheme(url, scheme));
     match (tls, url.split_once('#')) {
@@ -255,6 +280,9 @@ mod tests {
         assert_eq!(redis("rediss+cluster://h:1,h:2#insecure").1, Unverified);
         assert_eq!(redis("rediss://a:1, rediss://b:2").1, Verified);
         assert_eq!(redis("redis+cluster://h:1,h:2").1, Plain);
+        assert_eq!(redis("redis+sentinel://h:1,h:2/shop").1, Plain);
+        assert_eq!(redis("rediss+sentinel://u@h:1,h:2/shop/1").1, Verified);
+        assert_eq!(redis("REDISS+SENTINEL://h:1,h:2/shop#insecure").1, Unverified);
         let database =
             |url: &'static str| protection(move |c| c.database_url = url.parse().unwrap())[0].1;
         assert_eq!(database("postgres://h/db"), Opportunistic);
@@ -299,6 +327,17 @@ mod tests {
         assert!(half.contains("redis_client_key_file"), "{half}");
         let mixed = refusal(|c| c.redis_url = Some("rediss://a:1,redis://b:2".into()));
         assert!(mixed.contains("differ in TLS"), "{mixed}");
+        let plain_sentinel = refusal(|c| {
+            c.redis_url = Some("redis+sentinel://h:1,h:2/shop".into());
+            c.redis_ca_file = Some("/ca.pem".into());
+        });
+        assert!(plain_sentinel.contains("rediss+sentinel://"), "{plain_sentinel}");
+        let unverified_master = refusal(|c| {
+            c.redis_url = Some("rediss+sentinel://h:1/shop#insecure".into());
+            c.redis_client_cert_file = Some("/cert.pem".into());
+            c.redis_client_key_file = Some("/key.pem".into());
+        });
+        assert!(unverified_master.contains("#insecure"), "{unverified_master}");
         let plain_amqp = refusal(|c| {
             c.redis_url = Some("redis://h".into());
             c.amqp_url = Some("amqp://h".into());

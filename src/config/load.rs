@@ -233,6 +233,10 @@ mod tests {
             variables(&[
                 ("SECKILL_MAX_BATCH", "200"),
                 ("SECKILL_SECRET", &"s".repeat(32)),
+                (
+                    "SECKILL_REDIS_URL",
+                    "rediss+sentinel://app:hunter3@s1:26379,s2:26379/shop",
+                ),
             ]),
         )
         .unwrap();
@@ -244,10 +248,19 @@ mod tests {
         assert_eq!(source("rate_limit.per_ip_per_sec"), ("7", "file".into()));
         assert_eq!(source("preheat_secs"), ("300", "default".into()));
         assert_eq!(source("secret").1, "SECKILL_SECRET");
-        assert_eq!(source("redis_url"), ("(unset)", "default".into()));
+        assert_eq!(source("redis_ca_file"), ("(unset)", "default".into()));
+        assert_eq!(source("redis_url").1, "SECKILL_REDIS_URL");
         let shown = report.to_string();
         assert!(!shown.contains(&"s".repeat(32)), "{shown}");
         assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("hunter3"), "{shown}");
+        assert!(
+            shown.contains(
+                "link redis_url: TLS, the server's certificate verified \
+                 (rediss+sentinel://s1:26379,s2:26379/shop)"
+            ),
+            "{shown}"
+        );
     }
 
     /// The example configuration of the deployment guide, as installed on every host.

@@ -65,8 +65,10 @@ pub struct Config {
     /// Most connections this process opens to the database
     /// (`SECKILL_DATABASE_MAX_CONNECTIONS`); unset, 8 for SQLite and 16 for servers.
     pub database_max_connections: Option<u32>,
-    /// Redis for the stock gate (`SECKILL_REDIS_URL`, e.g. `redis://127.0.0.1:6379`): shared
-    /// by every server process. Unset, the gate lives in the process (embedded mode).
+    /// Redis for the stock gate (`SECKILL_REDIS_URL`, e.g. `redis://127.0.0.1:6379`, a Sentinel
+    /// group's `redis+sentinel://HOST:26379,HOST:26379/MASTER_NAME` or a cluster's
+    /// `redis+cluster://HOST:PORT,…`, each `rediss` for TLS): shared by every server process.
+    /// Unset, the gate lives in the process (embedded mode).
     pub redis_url: Option<String>,
     /// Prefix of every Redis key (`SECKILL_REDIS_KEY_PREFIX`), so deployments can share a Redis.
     pub redis_key_prefix: String,

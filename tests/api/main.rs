@@ -40,6 +40,7 @@ mod request_heads;
 mod restart;
 mod rolling_restart;
 mod sale_controls;
+mod sentinel_failover;
 mod sessions;
 mod shared_gate;
 mod sign_in_fairness;

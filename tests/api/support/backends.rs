@@ -136,6 +136,10 @@ pub enum Need {
     /// A Redis server as [`Need::RedisServer`] and RabbitMQ answering at
     /// `SECKILL_TEST_AMQP_URL`, whatever the run's pipeline.
     RedisAndRabbitmqServers,
+    /// PostgreSQL, in the run with the gate on a single Redis and no RabbitMQ (one run of
+    /// `scripts/test`), and `redis-server` on the `PATH`: the tests that start a Redis Sentinel
+    /// group of their own and run processes over it.
+    SentinelGroup,
     /// The programs a deployment test starts its hosts, backends and load balancer with
     /// (`ip`, `haproxy`, `openssl`, `redis-server`, `setpriv`, RabbitMQ's and PostgreSQL's),
     /// in a run without RabbitMQ (so its processes relay through their own node only).
@@ -156,6 +160,12 @@ impl Need {
             Self::SqliteEmbeddedOrMysqlAmqp => {
                 (run.database == Database::Sqlite && !run.gate_in_redis)
                     || (run.database == Database::Mysql && run.relay_through_amqp)
+            }
+            Self::SentinelGroup => {
+                run.database == Database::Postgres
+                    && single_redis
+                    && !run.relay_through_amqp
+                    && on_path("redis-server").is_some()
             }
             Self::RedisServer => answers(&run.redis_url),
             Self::RedisAndRabbitmqServers => answers(&run.redis_url) && answers(&run.amqp_url),

@@ -5,9 +5,10 @@ use super::app::TestApp;
 use super::backends::TestDatabase;
 use super::buy;
 use super::http::{client_builder, code, status_and_json};
-use super::processes::Cluster;
+use super::processes::{Cluster, base_url, launch};
 use reqwest::StatusCode;
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,6 +85,23 @@ async fn buy_until_answered(
     }
 }
 
+/// Starts `seckill <subcommand>` over `cluster` with `extra` environment, its log written to
+/// `logs/<name>.log` when `logs` is given.
+async fn start(
+    cluster: &Cluster,
+    subcommand: &str,
+    name: &str,
+    extra: &[(&str, &str)],
+    logs: Option<&Path>,
+) -> (Child, String) {
+    let mut command = cluster.command(subcommand, extra);
+    if let Some(dir) = logs {
+        let file = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        command.stderr(file);
+    }
+    launch(command, subcommand).await
+}
+
 /// A live sale on two server processes and a worker over the Redis at `redis`, and a crowd
 /// buying one unit each from both servers, 32 buys in flight, each buyer trying again while
 /// answered `503`; then the checks every fault must leave true.
@@ -102,6 +120,8 @@ pub struct FaultySale {
     servers: Vec<String>,
     /// The servers and the worker, named, to check none exited.
     processes: Vec<(&'static str, Child)>,
+    /// Where each process's log is written, when the test reads them.
+    logs: Option<PathBuf>,
     /// The client of the crowd and the probes (long timeouts: Redis may be away).
     client: reqwest::Client,
     /// Buyers kept out of the crowd, to ask the servers whether they sell.
@@ -117,15 +137,27 @@ pub struct FaultySale {
 impl FaultySale {
     /// Starts the processes and the crowd of `buyers` after `stock` units.
     pub async fn start(redis: String, stock: i64, buyers: usize) -> Self {
+        Self::start_with(redis, stock, buyers, &[], None).await
+    }
+
+    /// [`FaultySale::start`], the processes given `extra` environment and, with `logs`, their
+    /// log (stderr) written to a file each in that directory (read by [`FaultySale::logs`]).
+    pub async fn start_with(
+        redis: String,
+        stock: i64,
+        buyers: usize,
+        extra: &[(&str, &str)],
+        logs: Option<&Path>,
+    ) -> Self {
         let cluster = Cluster::on_redis(Arc::new(TestDatabase::fresh().await), redis.clone());
         let observer = cluster.observer().await;
         let product = observer.live_product(stock, 1).await;
         let mut tokens = observer.users(buyers + 40).await;
         let probes = tokens.split_off(buyers).into_iter();
-        let (first, first_url) = cluster.server().await;
-        let (second, second_url) = cluster.server().await;
-        let (worker, _) = cluster.start("worker", &[]).await;
-        let servers = vec![first_url, second_url];
+        let (first, first_line) = start(&cluster, "serve", "first server", extra, logs).await;
+        let (second, second_line) = start(&cluster, "serve", "second server", extra, logs).await;
+        let (worker, _) = start(&cluster, "worker", "worker", extra, logs).await;
+        let servers = vec![base_url(&first_line), base_url(&second_line)];
         let client = client_builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -158,6 +190,7 @@ impl FaultySale {
                 ("second server", second),
                 ("worker", worker),
             ],
+            logs: logs.map(Path::to_path_buf),
             client,
             probes,
             probed: HashSet::new(),
@@ -205,6 +238,24 @@ impl FaultySale {
             );
         }
         answers
+    }
+
+    /// The server processes' base URLs.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// Each process's name and its log so far (started with logs: see
+    /// [`FaultySale::start_with`]).
+    pub fn logs(&self) -> Vec<(&'static str, String)> {
+        let dir = self.logs.as_ref().expect("a sale started with logs");
+        self.processes
+            .iter()
+            .map(|(name, _)| {
+                let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap();
+                (*name, log)
+            })
+            .collect()
     }
 
     /// Fails the test if any process has exited.

@@ -41,6 +41,7 @@ pub mod processes;
 pub mod proxies;
 pub mod rolling;
 pub mod sandbox;
+pub mod sentinel;
 pub mod shared_redis;
 pub mod shoppers;
 pub mod tls_servers;

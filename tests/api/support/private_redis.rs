@@ -52,7 +52,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Starts `redis-server` on `port` with its data in `dir` and `extra` options.
-fn spawn(binary: &str, port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
+pub fn spawn(binary: &str, port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
     std::fs::create_dir_all(dir).unwrap();
     Command::new(binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -73,7 +73,7 @@ async fn node(port: u16) -> redis::RedisResult<redis::aio::MultiplexedConnection
 }
 
 /// `args` sent to the node on `port`.
-async fn ask<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> redis::RedisResult<T> {
+pub async fn ask<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> redis::RedisResult<T> {
     let mut connection = node(port).await?;
     redis::cmd(args[0])
         .arg(&args[1..])
@@ -83,7 +83,7 @@ async fn ask<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> redis::Redis
 
 /// Waits until the node on `port` answers PING (after loading its append-only file, when it
 /// has one: it answers `LOADING` until then).
-async fn wait_answering(port: u16) {
+pub async fn wait_answering(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while ask::<String>(port, &["PING"]).await.is_err() {
         assert!(
@@ -95,7 +95,7 @@ async fn wait_answering(port: u16) {
 }
 
 /// Kills a server with SIGKILL, so it saves nothing on its way out.
-async fn kill(server: &mut Child) {
+pub async fn kill(server: &mut Child) {
     server.start_kill().unwrap();
     server.wait().await.unwrap();
 }

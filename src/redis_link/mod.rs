@@ -1,5 +1,6 @@
-//! One Redis connection type for both deployments: a single Redis (or a primary behind a proxy)
-//! and a Redis Cluster.
+//! One Redis connection type for every deployment: a single Redis (or a primary behind a
+//! proxy), a Redis behind Sentinel (`sentinel.rs`: the link follows a promotion) and a Redis
+//! Cluster.
 //!
 //! The rest of seckill talks to Redis through `redis::aio::ConnectionLike` only (commands,
 //! pipelines, `redis::Script::invoke_async`), so it does not care which kind it got:
@@ -13,6 +14,8 @@
 //!   primary when a node answers NOSCRIPT, so scripts survive failovers and restarts (a caller
 //!   that sends `EVALSHA` itself, as the reserve call does, does the same with
 //!   `Script::load_async`).
+
+mod sentinel;
 
 use std::fmt;
 use std::time::Duration;
@@ -41,16 +44,24 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
     ("rediss+cluster://", "rediss://"),
 ];
 
-/// A cloneable, multiplexed connection to either a single Redis or a Redis Cluster.
+/// The schemes of a Sentinel group, plain and over TLS.
+const SENTINEL_SCHEMES: [(&str, bool); 2] =
+    [("redis+sentinel://", false), ("rediss+sentinel://", true)];
+
+/// A cloneable, multiplexed connection to a single Redis, the master of a Sentinel group or a
+/// Redis Cluster.
 ///
 /// Cloning is cheap and every clone shares the same connection(s), so one `RedisLink` per process
-/// is enough: hand out clones instead of opening more connections. Both kinds reconnect on their
-/// own after a lost connection (the single kind with backoff, the cluster kind per node, and it
-/// follows MOVED/ASK redirections and topology changes).
+/// is enough: hand out clones instead of opening more connections. Every kind reconnects on its
+/// own after a lost connection (the single kind with backoff, the Sentinel kind to whichever
+/// node the sentinels promote, the cluster kind per node, and it follows MOVED/ASK redirections
+/// and topology changes).
 #[derive(Clone)]
 pub enum RedisLink {
     /// One Redis server, kept connected by the driver's connection manager.
     Single(ConnectionManager),
+    /// The master of a Redis Sentinel group, wherever the sentinels promote it.
+    Sentinel(sentinel::Follower),
     /// A Redis Cluster: commands are routed to the primary that owns their key's slot.
     Cluster(redis::cluster_async::ClusterConnection),
 }
@@ -69,6 +80,7 @@ impl fmt::Debug for RedisLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             RedisLink::Single(_) => "RedisLink::Single",
+            RedisLink::Sentinel(_) => "RedisLink::Sentinel",
             RedisLink::Cluster(_) => "RedisLink::Cluster",
         })
     }
@@ -80,6 +92,7 @@ impl ConnectionLike for RedisLink {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             RedisLink::Single(connection) => connection.req_packed_command(cmd),
+            RedisLink::Sentinel(connection) => connection.req_packed_command(cmd),
             RedisLink::Cluster(connection) => connection.req_packed_command(cmd),
         }
     }
@@ -94,6 +107,9 @@ impl ConnectionLike for RedisLink {
             RedisLink::Single(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            RedisLink::Sentinel(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
             RedisLink::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
@@ -103,6 +119,7 @@ impl ConnectionLike for RedisLink {
     fn get_db(&self) -> i64 {
         match self {
             RedisLink::Single(connection) => connection.get_db(),
+            RedisLink::Sentinel(connection) => connection.get_db(),
             RedisLink::Cluster(connection) => connection.get_db(),
         }
     }
@@ -140,21 +157,26 @@ pub async fn connect(url: &str) -> anyhow::Result<RedisLink> {
     connect_with(url, &Tls::default()).await
 }
 
-/// Connects to a single Redis or a Redis Cluster, chosen by the URL:
+/// Connects to a single Redis, a Redis behind Sentinel or a Redis Cluster, chosen by the URL:
 ///
 /// - `redis://[user:password@]host:port[/db]`: a single Redis (also `valkey://`, `redis+unix://`);
+/// - `redis+sentinel://[user:password@]host:port[,host:port…]/NAME[/db]`: the master the
+///   sentinels listed (port 26379 when left out; any answering one is enough) know as `NAME`,
+///   followed when they promote another node. The credentials and the database are the
+///   master's; the sentinels are asked without credentials;
 /// - `redis+cluster://[user:password@]host:port,host:port,...`: a cluster, given seed nodes (any
 ///   reachable one is enough; the driver discovers the others);
 /// - `redis://host:port,redis://host:port,...`: a cluster as well, the seeds as full URLs.
 ///
-/// Each over TLS as `rediss://`, `rediss+cluster://` and a list of `rediss://` URLs, with
-/// `tls`'s CA and client certificate; the driver's `#insecure` skips the certificate's check.
-/// A TLS URL never falls back to plain text, and a certificate that does not verify fails the
-/// connection with the reason.
+/// Each over TLS as `rediss://`, `rediss+sentinel://` (to the sentinels and to the master),
+/// `rediss+cluster://` and a list of `rediss://` URLs, with `tls`'s CA and client certificate;
+/// the driver's `#insecure` skips the certificate's check. A TLS URL never falls back to plain
+/// text, and a certificate that does not verify fails the connection with the reason.
 ///
-/// Both kinds wait up to 5 s for a connection and 5 s for each reply. It fails when no node
-/// answers, naming the URL without its credentials, so a wrong `redis_url` stops the start-up
-/// instead of failing the first purchase.
+/// Every kind waits up to 5 s for a connection and 5 s for each reply. It fails when no node
+/// answers (or no sentinel, or they know no master of that name), naming the URL without its
+/// credentials, so a wrong `redis_url` stops the start-up instead of failing the first
+/// purchase.
 pub async fn connect_with(url: &str, tls: &Tls) -> anyhow::Result<RedisLink> {
     let shown = crate::redact::url(url);
     let certificates = tls.certificates();
@@ -173,6 +195,9 @@ pub async fn connect_with(url: &str, tls: &Tls) -> anyhow::Result<RedisLink> {
                 .with_context(|| format!("cannot connect to Redis at {shown}"))?;
             Ok(RedisLink::Single(connection))
         }
+        Target::Sentinel(group) => Ok(RedisLink::Sentinel(
+            sentinel::Follower::connect(*group, tls, &shown).await?,
+        )),
         Target::Cluster(nodes) => {
             let insecure = matches!(
                 nodes[0].addr(),
@@ -223,6 +248,7 @@ pub async fn evalsha<T: redis::FromRedisValue>(
 enum Target {
     /// Boxed: with TLS parameters, one node's settings are far larger than a list.
     Single(Box<ConnectionInfo>),
+    Sentinel(Box<sentinel::Group>),
     Cluster(Vec<ConnectionInfo>),
 }
 
@@ -236,6 +262,12 @@ fn parse(url: &str) -> anyhow::Result<Target> {
         url.get(..prefix.len())
             .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
     };
+    for (scheme, tls) in SENTINEL_SCHEMES {
+        if has_prefix(scheme) {
+            let group = sentinel::Group::parse(tls, &url[scheme.len()..])?;
+            return Ok(Target::Sentinel(Box::new(group)));
+        }
+    }
     for (cluster, node) in CLUSTER_SCHEMES {
         if has_prefix(cluster) {
             return parse_cluster_seeds(node, &url[cluster.len()..]).map(Target::Cluster);
@@ -372,6 +404,13 @@ mod tests {
             panic!("expected a cluster target");
         };
         assert_eq!(addrs(&nodes), ["h:7000"]);
+    }
+
+    #[test]
+    fn the_sentinel_schemes_name_a_group_in_any_case() {
+        for url in ["REDIS+SENTINEL://h/shop", "rediss+sentinel://h:26380,h2/shop/2"] {
+            assert!(matches!(parse(url), Ok(Target::Sentinel(_))), "{url}");
+        }
     }
 
     #[test]
