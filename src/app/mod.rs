@@ -96,15 +96,18 @@ pub enum Mode {
         /// The writer thread that commits accepted orders in batches: this mode's durability.
         commit: GroupCommit,
     },
-    /// Processes sharing Redis (and maybe RabbitMQ): see [`Cluster`].
-    Cluster(Cluster),
+    /// Processes sharing Redis (and maybe RabbitMQ): see [`Cluster`]. Boxed: it holds the
+    /// Redis link, the largest of which (a Sentinel group's) would make every `Mode` that size.
+    Cluster(Box<Cluster>),
 }
 
 impl Mode {
     /// Connects to the servers the deployment names, or starts the embedded parts.
     async fn build(config: &Config, store: &Arc<dyn Store>) -> anyhow::Result<Self> {
         Ok(match config.deployment() {
-            Deployment::Cluster(urls) => Self::Cluster(Cluster::connect(config, urls).await?),
+            Deployment::Cluster(urls) => {
+                Self::Cluster(Box::new(Cluster::connect(config, urls).await?))
+            }
             Deployment::Embedded => Self::Embedded {
                 commit: GroupCommit::start(
                     store.clone(),

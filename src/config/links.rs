@@ -206,8 +206,8 @@ fn redis_node_protection(url: &str) -> Protection {
         "rediss+sentinel://",
         "valkeys://",
     ]
-        .iter()
-        .any(|scheme| has_scheme(url, scheme));
+    .iter()
+    .any(|scheme| has_scheme(url, scheme));
     match (tls, url.split_once('#')) {
         (false, _) => Protection::Plain,
         (true, Some((_, "insecure"))) => Protection::Unverified,
@@ -282,7 +282,10 @@ mod tests {
         assert_eq!(redis("redis+cluster://h:1,h:2").1, Plain);
         assert_eq!(redis("redis+sentinel://h:1,h:2/shop").1, Plain);
         assert_eq!(redis("rediss+sentinel://u@h:1,h:2/shop/1").1, Verified);
-        assert_eq!(redis("REDISS+SENTINEL://h:1,h:2/shop#insecure").1, Unverified);
+        assert_eq!(
+            redis("REDISS+SENTINEL://h:1,h:2/shop#insecure").1,
+            Unverified
+        );
         let database =
             |url: &'static str| protection(move |c| c.database_url = url.parse().unwrap())[0].1;
         assert_eq!(database("postgres://h/db"), Opportunistic);
@@ -331,13 +334,19 @@ mod tests {
             c.redis_url = Some("redis+sentinel://h:1,h:2/shop".into());
             c.redis_ca_file = Some("/ca.pem".into());
         });
-        assert!(plain_sentinel.contains("rediss+sentinel://"), "{plain_sentinel}");
+        assert!(
+            plain_sentinel.contains("rediss+sentinel://"),
+            "{plain_sentinel}"
+        );
         let unverified_master = refusal(|c| {
             c.redis_url = Some("rediss+sentinel://h:1/shop#insecure".into());
             c.redis_client_cert_file = Some("/cert.pem".into());
             c.redis_client_key_file = Some("/key.pem".into());
         });
-        assert!(unverified_master.contains("#insecure"), "{unverified_master}");
+        assert!(
+            unverified_master.contains("#insecure"),
+            "{unverified_master}"
+        );
         let plain_amqp = refusal(|c| {
             c.redis_url = Some("redis://h".into());
             c.amqp_url = Some("amqp://h".into());

@@ -408,7 +408,10 @@ mod tests {
 
     #[test]
     fn the_sentinel_schemes_name_a_group_in_any_case() {
-        for url in ["REDIS+SENTINEL://h/shop", "rediss+sentinel://h:26380,h2/shop/2"] {
+        for url in [
+            "REDIS+SENTINEL://h/shop",
+            "rediss+sentinel://h:26380,h2/shop/2",
+        ] {
             assert!(matches!(parse(url), Ok(Target::Sentinel(_))), "{url}");
         }
     }

@@ -99,7 +99,9 @@ impl Group {
         let mut parts = path.split('/');
         let name = parts.next().unwrap_or_default();
         if name.is_empty() {
-            bail!("no master name: write the name the sentinels know it by after them (…:26379/NAME)");
+            bail!(
+                "no master name: write the name the sentinels know it by after them (…:26379/NAME)"
+            );
         }
         let db = match parts.next() {
             None | Some("") => 0,
@@ -118,7 +120,10 @@ impl Group {
             .map(str::trim)
             .filter(|host| !host.is_empty())
             .map(|host| {
-                let port = if host.rsplit_once(':').is_some_and(|(_, p)| !p.ends_with(']')) {
+                let port = if host
+                    .rsplit_once(':')
+                    .is_some_and(|(_, p)| !p.ends_with(']'))
+                {
                     String::new()
                 } else {
                     format!(":{SENTINEL_PORT}")
@@ -526,8 +531,7 @@ mod tests {
 
     fn group(url: &str) -> Group {
         let (scheme, rest) = url.split_once("://").unwrap();
-        Group::parse(scheme.starts_with("rediss"), rest)
-            .unwrap_or_else(|e| panic!("{url}: {e:#}"))
+        Group::parse(scheme.starts_with("rediss"), rest).unwrap_or_else(|e| panic!("{url}: {e:#}"))
     }
 
     fn sentinels(group: &Group) -> Vec<String> {
@@ -553,7 +557,10 @@ mod tests {
         assert!(plain.tls.is_none());
         assert!(plain.sentinels.iter().all(|s| verified(s).is_none()));
         let with_db = group("redis+sentinel://h/shop/3/");
-        assert_eq!((sentinels(&with_db), with_db.db), (vec!["h:26379".into()], 3));
+        assert_eq!(
+            (sentinels(&with_db), with_db.db),
+            (vec!["h:26379".into()], 3)
+        );
         let v6 = group("redis+sentinel://[::1]:26380,[::1]/shop");
         assert_eq!(v6.sentinels.len(), 2);
     }
@@ -578,10 +585,20 @@ mod tests {
     fn tls_reaches_the_sentinels_and_the_master() {
         let verified_tls = group("rediss+sentinel://h:1,h:2/shop");
         assert!(verified_tls.tls == Some(TlsMode::Secure));
-        assert!(verified_tls.sentinels.iter().all(|s| verified(s) == Some(true)));
+        assert!(
+            verified_tls
+                .sentinels
+                .iter()
+                .all(|s| verified(s) == Some(true))
+        );
         let insecure = group("rediss+sentinel://:pw@h:1,h:2/shop/1#insecure");
         assert!(insecure.tls == Some(TlsMode::Insecure) && insecure.db == 1);
-        assert!(insecure.sentinels.iter().all(|s| verified(s) == Some(false)));
+        assert!(
+            insecure
+                .sentinels
+                .iter()
+                .all(|s| verified(s) == Some(false))
+        );
     }
 
     #[test]

@@ -61,13 +61,12 @@ mod needs_sentinel_group {
                 && !unknown.contains("secret"),
             "{unknown}"
         );
-        let nobody = format!(
-            "127.0.0.1:{}",
-            crate::support::private_redis::free_port()
-        );
+        let nobody = format!("127.0.0.1:{}", crate::support::private_redis::free_port());
         let silent = refused(connect(&format!("redis+sentinel://:secret@{nobody}/x")).await);
         assert!(
-            silent.contains("no sentinel of") && silent.contains(&nobody) && !silent.contains("secret"),
+            silent.contains("no sentinel of")
+                && silent.contains(&nobody)
+                && !silent.contains("secret"),
             "{silent}"
         );
 
@@ -116,7 +115,10 @@ mod needs_sentinel_group {
              link answered again after {:?} ({failed} commands failed in between)",
             killed.elapsed()
         );
-        assert_eq!(value, "before", "the promoted replica has the acknowledged write");
+        assert_eq!(
+            value, "before",
+            "the promoted replica has the acknowledged write"
+        );
         assert_eq!(port_of(&mut link).await.unwrap(), promoted);
         assert_eq!(port_of(&mut clone).await.unwrap(), promoted);
         let () = redis::cmd("SET")
@@ -156,7 +158,7 @@ mod needs_sentinel_group {
             "{test}: 127.0.0.1:{master} back as its replica {:?} after the kill",
             killed.elapsed()
         );
-        sale.answered_again(killed, Duration::from_secs(30)).await;
+        sale.answered_again(killed, Duration::from_secs(40)).await;
         let answers = sale.answers().await;
         sale.assert_every_process_sells(killed).await;
 
@@ -164,11 +166,7 @@ mod needs_sentinel_group {
         // logged its move to the promoted node.
         let client = reqwest::Client::new();
         for server in sale.servers() {
-            let ready = client
-                .get(format!("{server}/readyz"))
-                .send()
-                .await
-                .unwrap();
+            let ready = client.get(format!("{server}/readyz")).send().await.unwrap();
             assert_eq!(ready.status(), StatusCode::OK, "{server}/readyz");
         }
         let promoted_at = format!("127.0.0.1:{promoted}");
@@ -187,7 +185,11 @@ mod needs_sentinel_group {
             outcome.lost, 0,
             "orders answered 202 were lost, though the replica acknowledged each"
         );
-        assert_eq!(stored.len(), stock as usize, "the sale sold exactly its stock");
+        assert_eq!(
+            stored.len(),
+            stock as usize,
+            "the sale sold exactly its stock"
+        );
         let (balanced, report) = sale.reconcile().await;
         eprintln!("{test}: reconcile balanced: {balanced}\n{report}");
         sale.assert_running();

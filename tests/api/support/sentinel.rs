@@ -119,12 +119,10 @@ impl SentinelGroup {
         loop {
             let mut named = Vec::new();
             for (port, _) in &self.sentinels {
-                let answer: Option<(String, u16)> = ask(
-                    *port,
-                    &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME],
-                )
-                .await
-                .unwrap_or_default();
+                let answer: Option<(String, u16)> =
+                    ask(*port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
+                        .await
+                        .unwrap_or_default();
                 named.push(answer.map(|(_, port)| port));
             }
             if let Some(Some(first)) = named.first()
@@ -158,12 +156,10 @@ impl SentinelGroup {
         loop {
             let mut promoted = None;
             for (port, _) in &self.sentinels {
-                let answer: Option<(String, u16)> = ask(
-                    *port,
-                    &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME],
-                )
-                .await
-                .unwrap_or_default();
+                let answer: Option<(String, u16)> =
+                    ask(*port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
+                        .await
+                        .unwrap_or_default();
                 match answer {
                     Some((_, master)) if master != old && promoted.is_none_or(|p| p == master) => {
                         promoted = Some(master)
@@ -241,9 +237,10 @@ impl SentinelGroup {
             for (port, _) in &self.sentinels {
                 let quorum: redis::RedisResult<String> =
                     ask(*port, &["SENTINEL", "CKQUORUM", MASTER_NAME]).await;
-                let replicas: Vec<redis::Value> = ask(*port, &["SENTINEL", "REPLICAS", MASTER_NAME])
-                    .await
-                    .unwrap_or_default();
+                let replicas: Vec<redis::Value> =
+                    ask(*port, &["SENTINEL", "REPLICAS", MASTER_NAME])
+                        .await
+                        .unwrap_or_default();
                 let sentinels: Vec<redis::Value> =
                     ask(*port, &["SENTINEL", "SENTINELS", MASTER_NAME])
                         .await
