@@ -19,8 +19,16 @@ const DOWN_AFTER_MS: u32 = 1000;
 const QUORUM: u32 = 2;
 
 /// Options of every Redis node: no persistence (a restarted node comes back empty, and syncs
-/// from its master).
-const NODE_OPTIONS: [&str; 4] = ["--save", "", "--appendonly", "no"];
+/// from its master), and a replica's full sync started at once (not after Redis's default 5 s
+/// wait for more replicas to join it).
+const NODE_OPTIONS: [&str; 6] = [
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--repl-diskless-sync-delay",
+    "0",
+];
 
 /// A master, its replica and three sentinels watching them.
 pub struct SentinelGroup {
@@ -186,11 +194,11 @@ impl SentinelGroup {
         }
     }
 
-    /// Starts the killed node on `port` again as it was first started, as an operator would:
-    /// the sentinels make it a replica of the master that took over. Waits until it is one and
-    /// in sync.
+    /// Starts the killed node on `port` again as a replica of `master` (the one that took
+    /// over), as an operator would; the sentinels would make it one too, but only after tens of
+    /// seconds at times. Waits until it is in sync.
     pub async fn restart_as_replica(&mut self, port: u16, master: u16) {
-        let node = self.spawn_node(port, None);
+        let node = self.spawn_node(port, Some(master));
         let (_, slot) = self
             .nodes
             .iter_mut()
