@@ -23,6 +23,21 @@ pub enum BuyError {
     Rejected(#[from] Rejection),
     #[error("the order could not be made durable: {0}")]
     Unavailable(#[source] anyhow::Error),
+    /// The gate took the units (or found the order a retry asks for), but the Redis replicas
+    /// did not acknowledge it in time: the order may or may not survive a failover, so the buy
+    /// is not answered as bought. A retry with the same idempotency key tells which.
+    #[error("the order was taken but the Redis replicas did not acknowledge it in time")]
+    Unconfirmed,
+}
+
+impl From<GateError> for BuyError {
+    fn from(e: GateError) -> Self {
+        match e {
+            GateError::Rejected(rejection) => Self::Rejected(rejection),
+            GateError::Unavailable(e) => Self::Unavailable(e),
+            GateError::Unconfirmed { .. } => Self::Unconfirmed,
+        }
+    }
 }
 
 /// What a buy gave its buyer.
@@ -217,13 +232,21 @@ impl SaleService {
             } else {
                 BuyError::Unavailable(RebuildWaits.into())
             }),
+            Err(GateError::Unconfirmed { taken: true }) => {
+                // Its order may stand and reach the database: counted as accepted, so a gate
+                // rebuilt after Redis lost its data never sells its units again.
+                if let Some(accepted) = &self.accepted {
+                    accepted.add(order);
+                }
+                Err(BuyError::Unconfirmed)
+            }
             Err(GateError::Rejected(rejection)) => {
                 if rejection == (Rejection::SoldOut { remaining: 0 }) {
                     self.flag_sold_out(order.product_id).await;
                 }
                 Err(rejection.into())
             }
-            Err(GateError::Unavailable(e)) => Err(BuyError::Unavailable(e)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -285,11 +308,13 @@ enum Outcome {
     KeyReused,
     /// Refused because too many accepted orders wait to be stored.
     BacklogFull,
+    /// Taken, but not acknowledged by the Redis replicas in time.
+    Unconfirmed,
 }
 
 impl Outcome {
     /// Every outcome, in the order of the tally's slots.
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 12] = [
         Self::Accepted,
         Self::UnknownProduct,
         Self::SoldOut,
@@ -301,6 +326,7 @@ impl Outcome {
         Self::Replayed,
         Self::KeyReused,
         Self::BacklogFull,
+        Self::Unconfirmed,
     ];
 
     fn of(bought: &Result<Bought, BuyError>) -> Self {
@@ -318,6 +344,7 @@ impl Outcome {
             Err(BuyError::Rejected(Rejection::KeyReused)) => Self::KeyReused,
             Err(BuyError::Rejected(Rejection::BacklogFull)) => Self::BacklogFull,
             Err(BuyError::Unavailable(_)) => Self::Unavailable,
+            Err(BuyError::Unconfirmed) => Self::Unconfirmed,
         }
     }
 
@@ -335,6 +362,7 @@ impl Outcome {
             Self::Replayed => "replayed",
             Self::KeyReused => "key_reused",
             Self::BacklogFull => "backlog_full",
+            Self::Unconfirmed => "unconfirmed",
         }
     }
 
@@ -362,6 +390,9 @@ impl Outcome {
             }
             Self::BacklogFull => {
                 metrics::counter!("seckill_buys_total", "outcome" => "backlog_full")
+            }
+            Self::Unconfirmed => {
+                metrics::counter!("seckill_buys_total", "outcome" => "unconfirmed")
             }
         };
         counter.increment(1);

@@ -216,7 +216,8 @@ fn unless_rebuild_waits(preheated: anyhow::Result<()>) -> anyhow::Result<()> {
 /// does not hold gets the change from the database when it is loaded.
 fn unless_not_loaded(changed: Result<(), GateError>) -> anyhow::Result<()> {
     match changed {
-        Ok(()) | Err(GateError::Rejected(_)) => Ok(()),
+        // A change the replicas did not acknowledge is made (and logged by the gate).
+        Ok(()) | Err(GateError::Rejected(_) | GateError::Unconfirmed { .. }) => Ok(()),
         Err(GateError::Unavailable(e)) => Err(e),
     }
 }

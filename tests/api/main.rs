@@ -48,4 +48,5 @@ mod store;
 mod stream_sessions;
 mod support;
 mod tls_links;
+mod unconfirmed;
 mod worker_observed;
