@@ -25,7 +25,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     if args.repair {
         for audit in &audits {
             let id = audit.product.id.0;
-            let missing = audit.unaccounted.unwrap_or(0);
+            let missing = audit.missing_units();
             match audit.gate {
                 // Rebuilt from the database, the gate would sell those units again.
                 Some(_) if audit.gate_drift() != 0 && missing > 0 => println!(
@@ -82,7 +82,7 @@ fn print_table(audits: &[ProductAudit]) {
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        let missing = audit.unaccounted.unwrap_or(0);
+        let missing = audit.missing_units();
         let status = match (audit.ledger_drift(), audit.gate_drift()) {
             _ if audit.balances() => "ok",
             (0, 0) if missing > 0 => {

@@ -45,6 +45,20 @@ impl ProductAudit {
         self.gate.map_or(0, |gate| gate.drift(self.product.stock))
     }
 
+    /// Units accepted that are neither stored nor in the outbox, as far as known: the servers'
+    /// counts, or the units of the orders listed missing when those are more (orders a server
+    /// answered before it started again under the same node id, which its counts no longer
+    /// hold).
+    pub fn missing_units(&self) -> i64 {
+        let listed = self.missing_orders.as_ref().map_or(0, |orders| {
+            orders
+                .iter()
+                .map(|answered| i64::from(answered.quantity.get()))
+                .sum()
+        });
+        self.unaccounted.unwrap_or(0).max(listed)
+    }
+
     /// Both ledgers balance, nothing was set aside, and every unit accepted and every order
     /// answered `202` is accounted for.
     pub fn balances(&self) -> bool {
