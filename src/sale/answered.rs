@@ -25,8 +25,8 @@ pub(super) struct RecentAnswers {
     bound: usize,
     /// Orders recorded since the start: the next one's sequence number.
     recorded: u64,
-    /// The sequence number the fleet's copy ends at; `None` when it must be replaced by every
-    /// order held (at the start, or after the fleet lost it).
+    /// The sequence number the fleet's copy ends at; `None` when every order held must be
+    /// shared (at the start, or after the fleet lost its copy).
     shared: Option<u64>,
 }
 
@@ -57,8 +57,8 @@ impl RecentAnswers {
     }
 
     /// Drops the orders made more than [`KEPT_FOR_MS`] before `now`, then returns at most
-    /// `most` of those the fleet does not have yet, oldest first (every order held, when its
-    /// copy must be replaced).
+    /// `most` of those the fleet does not have yet, oldest first (from the oldest held, when
+    /// every order held must be shared).
     pub fn unshared(&mut self, now: Millis, most: usize) -> AnswersToShare {
         let keep_since = now - KEPT_FOR_MS;
         while self
@@ -86,7 +86,7 @@ impl RecentAnswers {
     }
 
     /// What became of a share up to `to`: the fleet's copy now ends there (`followed`), or it
-    /// did not have what the share followed on and must be replaced.
+    /// did not have what the share followed on, and every order held is shared next.
     pub fn shared(&mut self, to: u64, followed: bool) {
         self.shared = followed.then_some(to);
     }
