@@ -3,8 +3,9 @@
 //! and the session check happen before this, in the HTTP layer. A buy with an idempotency key
 //! takes the same path, with what a retry needs on the way (see `idempotency.rs`).
 
+use super::answered::RecentAnswers;
 use super::catalog::Entry;
-use super::{PersistError, RebuildWaits, SaleService};
+use super::{Answered, AnswersToShare, PersistError, RebuildWaits, SaleService};
 use crate::domain::{
     IdempotencyKey, Millis, Order, OrderId, OrderStatus, Product, ProductId, Quantity, UserId,
 };
@@ -418,21 +419,49 @@ impl SaleService {
     }
 }
 
-/// Units this process accepted, by product, since it started.
+/// Units this process accepted, by product, since it started, and the orders it answered `202`
+/// lately (see `answered.rs`), under one lock.
 #[derive(Debug, Default)]
-pub(super) struct AcceptedUnits(std::sync::Mutex<HashMap<ProductId, i64>>);
+pub(super) struct AcceptedUnits(std::sync::Mutex<Accepts>);
+
+/// What [`AcceptedUnits`] holds.
+#[derive(Debug, Default)]
+struct Accepts {
+    /// Units, by product.
+    units: HashMap<ProductId, i64>,
+    /// The latest orders answered `202`.
+    answered: RecentAnswers,
+}
 
 impl AcceptedUnits {
-    /// Counts an order the gate accepted.
+    /// Counts an order the gate accepted and its buyer is answered `202` for, and records it.
     pub fn add(&self, order: &Order) {
-        let mut units = self.0.lock().expect("accepted units lock poisoned");
-        *units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
+        *accepts.units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+        accepts.answered.record(Answered::of(order));
     }
 
     /// The units counted so far, by product, to share.
     pub(super) fn snapshot(&self) -> Vec<(ProductId, i64)> {
-        let units = self.0.lock().expect("accepted units lock poisoned");
-        units.iter().map(|(id, units)| (*id, *units)).collect()
+        let accepts = self.0.lock().expect("accepted units lock poisoned");
+        accepts
+            .units
+            .iter()
+            .map(|(id, units)| (*id, *units))
+            .collect()
+    }
+
+    /// At most `most` orders answered `202` the fleet does not have yet, as of `now` (see
+    /// [`RecentAnswers::unshared`]).
+    pub(super) fn answers_to_share(&self, now: Millis, most: usize) -> AnswersToShare {
+        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
+        accepts.answered.unshared(now, most)
+    }
+
+    /// What became of a share of answers up to `to` (see [`RecentAnswers::shared`]).
+    pub(super) fn answers_shared(&self, to: u64, followed: bool) {
+        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
+        accepts.answered.shared(to, followed);
     }
 }
 

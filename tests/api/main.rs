@@ -20,6 +20,7 @@ mod forged_requests;
 mod guards;
 mod idempotency;
 mod images;
+mod lost_orders;
 mod metrics;
 mod migrate;
 mod openapi;
