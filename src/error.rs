@@ -336,6 +336,13 @@ impl From<crate::sale::BuyError> for ApiError {
                  shortly",
             )
             .retry_after(1),
+            BuyError::Unconfirmed => Self::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unconfirmed",
+                "the order was taken but could not be confirmed in time: it may or may not stand; \
+                 retry with the same Idempotency-Key, or look at your orders",
+            )
+            .retry_after(1),
             BuyError::Unavailable(e) => {
                 if BUY_FAILURES_LOGGED.due() {
                     tracing::error!(error = ?e, "buy failed (more within 10 s are not logged)");

@@ -205,19 +205,39 @@ pub async fn connect_with(url: &str, tls: &Tls) -> anyhow::Result<RedisLink> {
     }
 }
 
-/// Sends `command`, an `EVALSHA` of `script` that the caller built in one buffer (where
+/// A request that runs a script by its SHA: one `EVALSHA` command, or a pipeline whose first
+/// command it is (a `WAIT` for the replicas after it, on the same connection).
+#[derive(Clone, Copy)]
+pub enum ScriptRequest<'a> {
+    /// The `EVALSHA` alone.
+    Alone(&'a Cmd),
+    /// A pipeline led by the `EVALSHA`.
+    Pipelined(&'a Pipeline),
+}
+
+impl ScriptRequest<'_> {
+    /// Sends it over `redis` and reads the answer.
+    async fn send<T: redis::FromRedisValue>(self, redis: &mut RedisLink) -> redis::RedisResult<T> {
+        match self {
+            Self::Alone(command) => command.query_async(redis).await,
+            Self::Pipelined(pipeline) => pipeline.query_async(redis).await,
+        }
+    }
+}
+
+/// Sends `request`, an `EVALSHA` of `script` that the caller built in one buffer (where
 /// `redis::ScriptInvocation` makes every argument a `Vec` of its own and copies it into the
-/// command afterwards). As `ScriptInvocation` does, a server that does not know the script
-/// (restarted, failed over) is sent it, then the command again.
+/// command afterwards), alone or leading a pipeline. As `ScriptInvocation` does, a server that
+/// does not know the script (restarted, failed over) is sent it, then the request again.
 pub async fn evalsha<T: redis::FromRedisValue>(
     redis: &mut RedisLink,
     script: &redis::Script,
-    command: &Cmd,
+    request: ScriptRequest<'_>,
 ) -> redis::RedisResult<T> {
-    match command.query_async(redis).await {
+    match request.send(redis).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.load_async(redis).await?;
-            command.query_async(redis).await
+            request.send(redis).await
         }
         answer => answer,
     }

@@ -5,7 +5,7 @@ use crate::config::RedisTlsFiles;
 use crate::config::{ClusterUrls, Config};
 use crate::gate::StockGate;
 use crate::gate::redis::Outbox;
-use crate::gate::redis::RedisGate;
+use crate::gate::redis::{RedisGate, Replicas};
 use crate::http::readiness::Check;
 use crate::lease;
 use crate::limits::Limiter;
@@ -44,6 +44,13 @@ pub struct Cluster {
     lease: Option<JoinHandle<()>>,
     /// The stock gate, handed to the sale service.
     gate: Arc<RedisGate>,
+    /// The gate's and the outbox readers' connection: `redis` itself, or, when replicas are
+    /// waited for, one of their own, since a `WAIT` holds up every command queued behind it
+    /// on its connection, and the limits, leases and readiness checks must not queue behind
+    /// a stalled replica.
+    gate_redis: RedisLink,
+    /// The replicas that must acknowledge the gate's changes and the outbox's reads.
+    replicas: Replicas,
     /// RabbitMQ, when the outbox is relayed through it.
     amqp: Option<Amqp>,
 }
@@ -93,6 +100,15 @@ impl Cluster {
     pub(super) async fn connect(config: &Config, urls: ClusterUrls<'_>) -> anyhow::Result<Self> {
         let tls = redis_tls(urls.redis_tls)?;
         let redis = crate::redis_link::connect_with(urls.redis_url, &tls).await?;
+        let replicas = Replicas {
+            count: config.redis_wait_replicas,
+            timeout_ms: config.redis_wait_timeout_ms,
+        };
+        let gate_redis = match replicas.count {
+            0 => redis.clone(),
+            _ => crate::redis_link::connect_with(urls.redis_url, &tls).await?,
+        };
+        replicas.warn_if_fewer(&gate_redis).await;
         let amqp = Amqp::connect(config, urls).await?;
         crate::gate::redis::warn_unless_durable(&redis).await;
         let prefix = config.redis_key_prefix.clone();
@@ -110,10 +126,13 @@ impl Cluster {
         };
         Ok(Self {
             gate: Arc::new(RedisGate::new(
-                redis.clone(),
+                gate_redis.clone(),
                 &prefix,
                 config.outbox_max_orders,
+                replicas,
             )),
+            gate_redis,
+            replicas,
             redis,
             prefix,
             node_id,
@@ -168,10 +187,11 @@ impl Cluster {
         store: Arc<dyn Store>,
     ) -> anyhow::Result<Worker> {
         let outbox = Outbox::new(
-            self.redis.clone(),
+            self.gate_redis.clone(),
             &self.prefix,
             format!("node-{}-pid-{}", self.node_id, std::process::id()),
             Duration::from_millis(config.claim_after_ms),
+            self.replicas,
         );
         let mut worker = Worker::new();
         let sink: Arc<dyn Sink> = match &self.amqp {

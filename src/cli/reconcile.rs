@@ -1,6 +1,7 @@
 //! `seckill reconcile`: report, and with `--repair` fix, drift between the stock gate and the
-//! database. In embedded mode the gate lives inside the server process, so only the database's
-//! own ledger is checked here.
+//! database, and list the orders the servers answered `202` lately that are neither stored nor
+//! in the outbox. In embedded mode the gate lives inside the server process, so only the
+//! database's own ledger is checked here.
 
 use crate::app::Core;
 use crate::clock::SystemClock;
@@ -24,7 +25,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     if args.repair {
         for audit in &audits {
             let id = audit.product.id.0;
-            let missing = audit.unaccounted.unwrap_or(0);
+            let missing = audit.missing_units();
             match audit.gate {
                 // Rebuilt from the database, the gate would sell those units again.
                 Some(_) if audit.gate_drift() != 0 && missing > 0 => println!(
@@ -48,6 +49,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<()> {
     }
     core.stop().await;
     print_table(&audits);
+    print_missing_orders(&audits);
     let unbalanced = audits.iter().filter(|a| !a.balances()).count();
     if unbalanced > 0 {
         bail!("{unbalanced} product(s) do not balance (see above)");
@@ -80,7 +82,7 @@ fn print_table(audits: &[ProductAudit]) {
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        let missing = audit.unaccounted.unwrap_or(0);
+        let missing = audit.missing_units();
         let status = match (audit.ledger_drift(), audit.gate_drift()) {
             _ if audit.balances() => "ok",
             (0, 0) if missing > 0 => {
@@ -112,6 +114,55 @@ fn print_table(audits: &[ProductAudit]) {
             dead,
             audit.gate_drift() + audit.ledger_drift(),
             missing,
+        );
+    }
+}
+
+/// Lists, under the table, the orders answered `202` and missing, one line each: product, order,
+/// user, quantity, when it was made (UTC; its buyer was answered right after) and the node id
+/// of the server that answered. A product whose list is not known yet, and that does not
+/// balance, says so.
+fn print_missing_orders(audits: &[ProductAudit]) {
+    let missing: Vec<_> = audits
+        .iter()
+        .filter_map(|audit| audit.missing_orders.as_ref())
+        .flatten()
+        .collect();
+    for audit in audits {
+        if audit.missing_orders.is_none() && !audit.balances() {
+            println!(
+                "product {}: which orders are missing is not known yet: the servers have not \
+                 all shared their answers since Redis lost them; run again in a few seconds",
+                audit.product.id.0
+            );
+        }
+    }
+    if missing.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{} order(s) answered 202 are neither stored nor in the outbox (lost with Redis, on \
+         their way through a queue, or buried as dead entries):",
+        missing.len()
+    );
+    println!(
+        "{:>8}  {:>20} {:>10} {:>8}  {:<23}  {:>6}",
+        "product", "order", "user", "quantity", "answered (UTC)", "server"
+    );
+    for answered in missing {
+        let at = chrono::DateTime::from_timestamp_millis(answered.made_at()).map_or_else(
+            || "?".to_owned(),
+            |at| at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+        );
+        println!(
+            "{:>8}  {:>20} {:>10} {:>8}  {:<23}  {:>6}",
+            answered.product.0,
+            answered.order.0,
+            answered.user.0,
+            answered.quantity.get(),
+            at,
+            answered.server()
         );
     }
 }

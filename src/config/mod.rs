@@ -31,6 +31,14 @@ pub use payment::{AlipayConfig, KeySource, PaymentConfig, ProviderKind};
 /// The largest batch: one transaction, one RabbitMQ prefetch window, one outbox read.
 pub const MAX_BATCH: usize = 4_096;
 
+/// Most replicas a buy may wait for (`redis_wait_replicas`): more than any Redis deployment
+/// runs per master.
+const MAX_WAIT_REPLICAS: u32 = 16;
+
+/// Longest wait for the replicas (`redis_wait_timeout_ms`): a buy's answer waits this long at
+/// most, so it stays well under a shopper's patience and the server's shutdown timeout.
+const MAX_WAIT_TIMEOUT_MS: u64 = 10_000;
+
 /// The largest backlog bound (`outbox_max_orders`, `commit_queue_max_orders`): ten million
 /// orders of a few hundred bytes each is already gigabytes of memory.
 pub const MAX_BACKLOG: u64 = 10_000_000;
@@ -70,6 +78,16 @@ pub struct Config {
     pub redis_url: Option<String>,
     /// Prefix of every Redis key (`SECKILL_REDIS_KEY_PREFIX`), so deployments can share a Redis.
     pub redis_key_prefix: String,
+    /// Replicas of the Redis master that must have a buy before it is answered `202`
+    /// (`SECKILL_REDIS_WAIT_REPLICAS`, 0 to 16): after each batch's buy script the master is
+    /// asked to `WAIT` for them, and buys they did not acknowledge within
+    /// `redis_wait_timeout_ms` are answered `503 unconfirmed`, so an accepted order survives a
+    /// failover to a replica. 0: answered once the master has it, as a single Redis without
+    /// replicas must be.
+    pub redis_wait_replicas: u32,
+    /// How long one `WAIT` for the replicas may take (`SECKILL_REDIS_WAIT_TIMEOUT_MS`, 1 to
+    /// 10,000): the longest a buy waits for them before it is answered `503 unconfirmed`.
+    pub redis_wait_timeout_ms: u64,
     /// The private CA (PEM) that signed a `rediss://` Redis's certificates
     /// (`SECKILL_REDIS_CA_FILE`). Unset, the system's roots are trusted, as for a managed Redis.
     pub redis_ca_file: Option<PathBuf>,
@@ -266,6 +284,8 @@ impl Default for Config {
             database_max_connections: None,
             redis_url: None,
             redis_key_prefix: "seckill:".into(),
+            redis_wait_replicas: 0,
+            redis_wait_timeout_ms: 100,
             redis_ca_file: None,
             redis_client_cert_file: None,
             redis_client_key_file: None,
@@ -353,6 +373,16 @@ impl Config {
         }
         if self.max_batch > MAX_BATCH {
             bail!("max_batch must be at most {MAX_BATCH}");
+        }
+        if self.redis_wait_replicas > MAX_WAIT_REPLICAS {
+            bail!(
+                "redis_wait_replicas (SECKILL_REDIS_WAIT_REPLICAS) must be 0 to {MAX_WAIT_REPLICAS}"
+            );
+        }
+        if !(1..=MAX_WAIT_TIMEOUT_MS).contains(&self.redis_wait_timeout_ms) {
+            bail!(
+                "redis_wait_timeout_ms (SECKILL_REDIS_WAIT_TIMEOUT_MS) must be 1 to {MAX_WAIT_TIMEOUT_MS}"
+            );
         }
         if !(1..=MAX_BACKLOG).contains(&self.outbox_max_orders) {
             bail!("outbox_max_orders (SECKILL_OUTBOX_MAX_ORDERS) must be 1 to {MAX_BACKLOG}");

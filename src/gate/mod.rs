@@ -99,6 +99,15 @@ pub enum GateError {
     Rejected(#[from] Rejection),
     #[error("stock gate unavailable: {0}")]
     Unavailable(#[from] anyhow::Error),
+    /// The gate took the buy (or found the order a retry asks for) on the Redis master, but
+    /// not enough replicas acknowledged it in time (`redis_wait_replicas`): the order may or may
+    /// not survive a failover. Never answered as bought.
+    #[error("the Redis replicas did not acknowledge the order in time")]
+    Unconfirmed {
+        /// This call took the units (a new order that may stand), rather than finding the
+        /// order of an earlier buy with the same idempotency key.
+        taken: bool,
+    },
 }
 
 /// The atomic check-and-take at the heart of the buy path.

@@ -12,14 +12,28 @@
 //! field per node id holding `STAMP|SINCE|product=units,…` (`SINCE` the server's start, Unix
 //! ms), and the field `born`: Redis's clock when the hash was made, so a reader knows how long
 //! the shares have been collected since Redis last lost them.
+//!
+//! The orders a server answered `202` lately are a sorted set per server,
+//! `PREFIX{fleet}:answered:NODE`, a member `order:product:user:quantity` per order scored by when
+//! it was made (its server's clock, which alone trims it), at most [`ANSWERS_HELD`] kept and none
+//! older than [`ANSWERS_KEPT_FOR_MS`]; it expires that long after its server's last share. The
+//! hash `PREFIX{fleet}:answering` holds, a field per node id, `STAMP|SEQ`: how far the server's
+//! shares go (its count of orders answered), so a share that does not follow on what Redis holds
+//! (Redis lost it, or a replica promoted without the last shares) is refused and the server
+//! shares every order it holds instead. Members are the same for the same order, so a share
+//! made again adds nothing twice.
 
 use super::amqp::depths::QueueDepths;
-use crate::domain::ProductId;
+use crate::domain::{OrderId, ProductId, Quantity, UserId};
 use crate::redis_link::RedisLink;
-use crate::sale::{Accepted, AcceptedShares, BuyCounts, Fleet, SharedBuys};
+use crate::sale::{
+    ANSWERS_HELD, ANSWERS_KEPT_FOR_MS, Accepted, AcceptedShares, Answered, AnswersShared,
+    AnswersToShare, BuyCounts, Fleet, SharedBuys,
+};
 use anyhow::Context;
 use async_trait::async_trait;
 use redis::Script;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -100,6 +114,44 @@ return live
     )
 });
 
+/// Adds one server's orders answered `202` to its sorted set, if they follow on what Redis holds
+/// of them, and forgets those too old or beyond the bound; forgets the servers that stopped
+/// sharing long ago. KEYS[1] = the hash of how far each server's shares go, KEYS[2] = this
+/// server's sorted set. ARGV = node id, the sequence number the share follows on (empty: it
+/// follows on anything), the one it ends at, the oldest score kept, most members kept, how long
+/// the keys live unrenewed (ms), then a score and a member per order. Returns 1 when added, 0
+/// when the share does not follow on what Redis holds.
+static SHARE_ANSWERS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local time = redis.call('TIME')
+local now = time[1] * 1000 + math.floor(time[2] / 1000)
+if ARGV[2] ~= '' then
+  local held = redis.call('HGET', KEYS[1], ARGV[1])
+  if not held or string.match(held, '|(%d+)$') ~= ARGV[2] then
+    return 0
+  end
+end
+for i = 7, #ARGV, 2 do
+  redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[4])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[5]) + 1))
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+redis.call('HSET', KEYS[1], ARGV[1], now .. '|' .. ARGV[3])
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local stamp = tonumber(string.match(fields[i + 1], '^(%d+)|'))
+  if stamp == nil or now - stamp > tonumber(ARGV[6]) then
+    redis.call('HDEL', KEYS[1], fields[i])
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+return 1
+",
+    )
+});
+
 /// The servers and queues of one cluster deployment.
 pub struct ClusterFleet {
     redis: RedisLink,
@@ -107,6 +159,10 @@ pub struct ClusterFleet {
     key: String,
     /// The hash of the servers' accepted units.
     accepted_key: String,
+    /// The hash of how far each server's shared answers go.
+    answering_key: String,
+    /// The prefix of each server's sorted set of answers, before its node id.
+    answered_prefix: String,
     /// This server's field in it.
     node: String,
     /// RabbitMQ's queues, when the deployment relays through it.
@@ -120,6 +176,8 @@ impl ClusterFleet {
             redis,
             key: format!("{prefix}{{fleet}}:buys"),
             accepted_key: format!("{prefix}{{fleet}}:accepted"),
+            answering_key: format!("{prefix}{{fleet}}:answering"),
+            answered_prefix: format!("{prefix}{{fleet}}:answered:"),
             node: node_id.to_string(),
             queues,
         }
@@ -166,6 +224,62 @@ impl Fleet for ClusterFleet {
                 .filter_map(|value| decode_accepted(value))
                 .collect(),
             complete: Duration::from_millis(age.max(0) as u64) >= COLLECTED_FOR,
+        })
+    }
+
+    async fn share_answers(&self, answers: &AnswersToShare) -> anyhow::Result<bool> {
+        let mut call = SHARE_ANSWERS.prepare_invoke();
+        call.key(&self.answering_key)
+            .key(format!("{}{}", self.answered_prefix, self.node))
+            .arg(&self.node)
+            .arg(
+                answers
+                    .from
+                    .map_or_else(String::new, |from| from.to_string()),
+            )
+            .arg(answers.to)
+            .arg(answers.keep_since)
+            .arg(ANSWERS_HELD)
+            .arg(ANSWERS_KEPT_FOR_MS);
+        for answered in &answers.orders {
+            call.arg(answered.made_at()).arg(encode_answered(answered));
+        }
+        let added: i64 = call
+            .invoke_async(&mut self.redis.clone())
+            .await
+            .context("sharing the orders this server answered")?;
+        Ok(added == 1)
+    }
+
+    async fn answered(&self) -> anyhow::Result<AnswersShared> {
+        let mut redis = self.redis.clone();
+        let answering: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&self.answering_key)
+            .query_async(&mut redis)
+            .await
+            .context("reading which servers shared their answers")?;
+        let servers: Vec<u16> = answering
+            .keys()
+            .filter_map(|node| node.parse().ok())
+            .collect();
+        let mut read = redis::pipe();
+        for node in &servers {
+            read.zrange(format!("{}{node}", self.answered_prefix), 0, -1);
+        }
+        let members: Vec<Vec<String>> = if servers.is_empty() {
+            Vec::new()
+        } else {
+            read.query_async(&mut redis)
+                .await
+                .context("reading the orders the servers answered")?
+        };
+        Ok(AnswersShared {
+            servers,
+            orders: members
+                .iter()
+                .flatten()
+                .filter_map(|member| decode_answered(member))
+                .collect(),
         })
     }
 
@@ -226,6 +340,29 @@ fn decode_accepted(value: &str) -> Option<Accepted> {
     Some(Accepted { node, since, units })
 }
 
+/// `order:product:user:quantity`.
+fn encode_answered(answered: &Answered) -> String {
+    format!(
+        "{}:{}:{}:{}",
+        answered.order.0,
+        answered.product.0,
+        answered.user.0,
+        answered.quantity.get()
+    )
+}
+
+/// An order answered as [`encode_answered`] wrote it; `None` when it does not read.
+fn decode_answered(member: &str) -> Option<Answered> {
+    let mut parts = member.split(':');
+    let answered = Answered {
+        order: OrderId(parts.next()?.parse().ok()?),
+        product: ProductId(parts.next()?.parse().ok()?),
+        user: UserId(parts.next()?.parse().ok()?),
+        quantity: Quantity::parse(parts.next()?.parse().ok()?).ok()?,
+    };
+    parts.next().is_none().then_some(answered)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +405,121 @@ mod tests {
         );
         assert_eq!(decode_accepted("8|1|"), None);
         assert_eq!(decode_accepted("8|1|5|").map(|a| a.units), Some(vec![]));
+    }
+
+    #[test]
+    fn answered_orders_read_back_and_a_bad_member_is_left_out() {
+        let answered = Answered {
+            order: OrderId(7_000_000_000_123),
+            product: ProductId(3),
+            user: UserId(42),
+            quantity: Quantity::parse(2).unwrap(),
+        };
+        assert_eq!(decode_answered(&encode_answered(&answered)), Some(answered));
+        for bad in ["", "1:2:3", "1:2:3:0", "1:2:3:101", "1:2:3:1:5", "x:2:3:1"] {
+            assert_eq!(decode_answered(bad), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
+    async fn answers_are_added_while_they_follow_on_and_shared_whole_once_lost() {
+        let redis = crate::redis_link::test_link().await;
+        let prefix = format!("seckill-unit:{}:answers:", std::process::id());
+        let fleet = ClusterFleet::new(redis.clone(), &prefix, 4, None);
+        let made = crate::ids::EPOCH_MS + 86_400_000;
+        let order = |n: i64| Answered {
+            // Made `n` ms after `made` by node 4.
+            order: OrderId(((n + 86_400_000) << 22) | (4 << 12)),
+            product: ProductId(9),
+            user: UserId(n),
+            quantity: Quantity::parse(1).unwrap(),
+        };
+        let share = |from, to, orders: Vec<Answered>| AnswersToShare {
+            from,
+            to,
+            orders,
+            keep_since: made,
+        };
+        let users = |shared: AnswersShared| {
+            let mut users: Vec<i64> = shared.orders.iter().map(|a| a.user.0).collect();
+            users.sort_unstable();
+            (shared.servers, users)
+        };
+        // Nothing held yet: a share that follows on something is refused.
+        assert!(
+            !fleet
+                .share_answers(&share(Some(2), 3, vec![order(3)]))
+                .await
+                .unwrap()
+        );
+        assert_eq!(users(fleet.answered().await.unwrap()), (vec![], vec![]));
+        assert!(
+            fleet
+                .share_answers(&share(None, 2, vec![order(1), order(2)]))
+                .await
+                .unwrap()
+        );
+        assert!(
+            fleet
+                .share_answers(&share(Some(2), 3, vec![order(3)]))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            users(fleet.answered().await.unwrap()),
+            (vec![4], vec![1, 2, 3])
+        );
+        // One that skips a share is refused; shared whole again, nothing is held twice.
+        assert!(
+            !fleet
+                .share_answers(&share(Some(4), 5, vec![order(5)]))
+                .await
+                .unwrap()
+        );
+        assert!(
+            fleet
+                .share_answers(&share(None, 5, (1..=5).map(order).collect()))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            users(fleet.answered().await.unwrap()),
+            (vec![4], vec![1, 2, 3, 4, 5])
+        );
+        // Orders made before the oldest kept are forgotten.
+        assert!(
+            fleet
+                .share_answers(&AnswersToShare {
+                    keep_since: made + 3,
+                    ..share(Some(5), 5, vec![])
+                })
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            users(fleet.answered().await.unwrap()),
+            (vec![4], vec![3, 4, 5])
+        );
+        // Redis lost them: the next share, following on what it held, is refused.
+        let _: () = redis::cmd("DEL")
+            .arg(&fleet.answering_key)
+            .arg(format!("{}4", fleet.answered_prefix))
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        assert!(
+            !fleet
+                .share_answers(&share(Some(5), 5, vec![]))
+                .await
+                .unwrap()
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&fleet.answering_key)
+            .arg(format!("{}4", fleet.answered_prefix))
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -3,8 +3,9 @@
 //! and the session check happen before this, in the HTTP layer. A buy with an idempotency key
 //! takes the same path, with what a retry needs on the way (see `idempotency.rs`).
 
+use super::answered::RecentAnswers;
 use super::catalog::Entry;
-use super::{PersistError, RebuildWaits, SaleService};
+use super::{Answered, AnswersToShare, PersistError, RebuildWaits, SaleService};
 use crate::domain::{
     IdempotencyKey, Millis, Order, OrderId, OrderStatus, Product, ProductId, Quantity, UserId,
 };
@@ -23,6 +24,21 @@ pub enum BuyError {
     Rejected(#[from] Rejection),
     #[error("the order could not be made durable: {0}")]
     Unavailable(#[source] anyhow::Error),
+    /// The gate took the units (or found the order a retry asks for), but the Redis replicas
+    /// did not acknowledge it in time: the order may or may not survive a failover, so the buy
+    /// is not answered as bought. A retry with the same idempotency key tells which.
+    #[error("the order was taken but the Redis replicas did not acknowledge it in time")]
+    Unconfirmed,
+}
+
+impl From<GateError> for BuyError {
+    fn from(e: GateError) -> Self {
+        match e {
+            GateError::Rejected(rejection) => Self::Rejected(rejection),
+            GateError::Unavailable(e) => Self::Unavailable(e),
+            GateError::Unconfirmed { .. } => Self::Unconfirmed,
+        }
+    }
 }
 
 /// What a buy gave its buyer.
@@ -217,13 +233,21 @@ impl SaleService {
             } else {
                 BuyError::Unavailable(RebuildWaits.into())
             }),
+            Err(GateError::Unconfirmed { taken: true }) => {
+                // Its order may stand and reach the database: counted as accepted, so a gate
+                // rebuilt after Redis lost its data never sells its units again.
+                if let Some(accepted) = &self.accepted {
+                    accepted.add(order);
+                }
+                Err(BuyError::Unconfirmed)
+            }
             Err(GateError::Rejected(rejection)) => {
                 if rejection == (Rejection::SoldOut { remaining: 0 }) {
                     self.flag_sold_out(order.product_id).await;
                 }
                 Err(rejection.into())
             }
-            Err(GateError::Unavailable(e)) => Err(BuyError::Unavailable(e)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -285,11 +309,13 @@ enum Outcome {
     KeyReused,
     /// Refused because too many accepted orders wait to be stored.
     BacklogFull,
+    /// Taken, but not acknowledged by the Redis replicas in time.
+    Unconfirmed,
 }
 
 impl Outcome {
     /// Every outcome, in the order of the tally's slots.
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 12] = [
         Self::Accepted,
         Self::UnknownProduct,
         Self::SoldOut,
@@ -301,6 +327,7 @@ impl Outcome {
         Self::Replayed,
         Self::KeyReused,
         Self::BacklogFull,
+        Self::Unconfirmed,
     ];
 
     fn of(bought: &Result<Bought, BuyError>) -> Self {
@@ -318,6 +345,7 @@ impl Outcome {
             Err(BuyError::Rejected(Rejection::KeyReused)) => Self::KeyReused,
             Err(BuyError::Rejected(Rejection::BacklogFull)) => Self::BacklogFull,
             Err(BuyError::Unavailable(_)) => Self::Unavailable,
+            Err(BuyError::Unconfirmed) => Self::Unconfirmed,
         }
     }
 
@@ -335,6 +363,7 @@ impl Outcome {
             Self::Replayed => "replayed",
             Self::KeyReused => "key_reused",
             Self::BacklogFull => "backlog_full",
+            Self::Unconfirmed => "unconfirmed",
         }
     }
 
@@ -363,6 +392,9 @@ impl Outcome {
             Self::BacklogFull => {
                 metrics::counter!("seckill_buys_total", "outcome" => "backlog_full")
             }
+            Self::Unconfirmed => {
+                metrics::counter!("seckill_buys_total", "outcome" => "unconfirmed")
+            }
         };
         counter.increment(1);
     }
@@ -387,21 +419,49 @@ impl SaleService {
     }
 }
 
-/// Units this process accepted, by product, since it started.
+/// Units this process accepted, by product, since it started, and the orders it answered `202`
+/// lately (see `answered.rs`), under one lock.
 #[derive(Debug, Default)]
-pub(super) struct AcceptedUnits(std::sync::Mutex<HashMap<ProductId, i64>>);
+pub(super) struct AcceptedUnits(std::sync::Mutex<Accepts>);
+
+/// What [`AcceptedUnits`] holds.
+#[derive(Debug, Default)]
+struct Accepts {
+    /// Units, by product.
+    units: HashMap<ProductId, i64>,
+    /// The latest orders answered `202`.
+    answered: RecentAnswers,
+}
 
 impl AcceptedUnits {
-    /// Counts an order the gate accepted.
+    /// Counts an order the gate accepted and its buyer is answered `202` for, and records it.
     pub fn add(&self, order: &Order) {
-        let mut units = self.0.lock().expect("accepted units lock poisoned");
-        *units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
+        *accepts.units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+        accepts.answered.record(Answered::of(order));
     }
 
     /// The units counted so far, by product, to share.
     pub(super) fn snapshot(&self) -> Vec<(ProductId, i64)> {
-        let units = self.0.lock().expect("accepted units lock poisoned");
-        units.iter().map(|(id, units)| (*id, *units)).collect()
+        let accepts = self.0.lock().expect("accepted units lock poisoned");
+        accepts
+            .units
+            .iter()
+            .map(|(id, units)| (*id, *units))
+            .collect()
+    }
+
+    /// At most `most` orders answered `202` the fleet does not have yet, as of `now` (see
+    /// [`RecentAnswers::unshared`]).
+    pub(super) fn answers_to_share(&self, now: Millis, most: usize) -> AnswersToShare {
+        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
+        accepts.answered.unshared(now, most)
+    }
+
+    /// What became of a share of answers up to `to` (see [`RecentAnswers::shared`]).
+    pub(super) fn answers_shared(&self, to: u64, followed: bool) {
+        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
+        accepts.answered.shared(to, followed);
     }
 }
 

@@ -14,7 +14,7 @@
 use super::SaleService;
 use super::buy::{Bought, BuyError};
 use crate::domain::{Order, OrderId};
-use crate::gate::{GateError, Rejection};
+use crate::gate::Rejection;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::OwnedMutexGuard;
@@ -84,8 +84,7 @@ impl SaleService {
             }
             Ok(Some(_)) => Err(Rejection::KeyReused.into()),
             Ok(None) => Err(Rejection::SoldOut { remaining: 0 }.into()),
-            Err(GateError::Rejected(rejection)) => Err(rejection.into()),
-            Err(GateError::Unavailable(e)) => Err(BuyError::Unavailable(e)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -105,7 +104,7 @@ impl SaleService {
                 "order {} of a retried buy was never made durable",
                 first.id
             ))),
-            Err(e) => Err(BuyError::Unavailable(e.into())),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -5,6 +5,7 @@
 mod accepted;
 mod accounts;
 mod admin;
+mod answered;
 mod audit;
 mod backoff;
 mod buy;
@@ -23,10 +24,13 @@ mod reconcile;
 mod refunds;
 
 pub use admin::{AdminError, NewEventInput, NewProductInput, ProductChanges};
+pub use answered::{HELD as ANSWERS_HELD, KEPT_FOR_MS as ANSWERS_KEPT_FOR_MS};
 pub use buy::{BuyCounts, BuyError};
 pub use controls::Controlled;
 pub use durability::{Durability, PersistError};
-pub use fleet::{Accepted, AcceptedShares, Fleet, SharedBuys};
+pub use fleet::{
+    Accepted, AcceptedShares, Answered, AnswersShared, AnswersToShare, Fleet, SharedBuys,
+};
 pub use orders::{OrderError, PaymentQueue, QueuedPayment};
 pub use overview::{BuysFrom, Overview, ProductOverview, QueueDepth};
 pub use payments::{PayLink, Settled};
@@ -216,7 +220,8 @@ fn unless_rebuild_waits(preheated: anyhow::Result<()>) -> anyhow::Result<()> {
 /// does not hold gets the change from the database when it is loaded.
 fn unless_not_loaded(changed: Result<(), GateError>) -> anyhow::Result<()> {
     match changed {
-        Ok(()) | Err(GateError::Rejected(_)) => Ok(()),
+        // A change the replicas did not acknowledge is made (and logged by the gate).
+        Ok(()) | Err(GateError::Rejected(_) | GateError::Unconfirmed { .. }) => Ok(()),
         Err(GateError::Unavailable(e)) => Err(e),
     }
 }

@@ -113,14 +113,15 @@ impl SaleService {
         reading
     }
 
-    /// Shares this server's buy counts and accepted units with the cluster's other servers; a
-    /// server alone has no one to tell. Run once a second.
+    /// Shares this server's buy counts, accepted units and orders answered `202` lately with
+    /// the cluster's other servers; a server alone has no one to tell. Run once a second.
     pub async fn share_buys(&self) -> anyhow::Result<()> {
         match &self.fleet {
             Some(fleet) => {
                 fleet
                     .share_buys(&self.buy_counts(), &self.accepted_share())
-                    .await
+                    .await?;
+                self.share_answers().await
             }
             None => Ok(()),
         }

@@ -7,12 +7,13 @@
 //!
 //! A third check needs no ledger: the units the live servers say they accepted must all be in
 //! the database or the outbox (see `accepted.rs`). Those that are not are on their way through
-//! a queue, or were lost with a Redis that lost its data.
+//! a queue, or were lost with a Redis that lost its data; the orders the servers answered `202`
+//! lately and still hold name which ones.
 //!
 //! The pipeline moves units between the outbox and the database while they are read, so a
 //! product that does not balance is measured again a few times before it is reported.
 
-use super::SaleService;
+use super::{Answered, SaleService};
 use crate::domain::{Product, ProductId};
 use crate::gate::GateAudit;
 use std::time::Duration;
@@ -28,6 +29,9 @@ pub struct ProductAudit {
     /// Units the live servers accepted that are neither stored nor in the outbox; `None` when
     /// not known (no fleet, or its counts were collected too briefly).
     pub unaccounted: Option<i64>,
+    /// The orders the servers answered `202` lately that are neither stored nor in the outbox,
+    /// by id; `None` when not known (the servers' answers were shared too briefly).
+    pub missing_orders: Option<Vec<Answered>>,
 }
 
 impl ProductAudit {
@@ -41,12 +45,28 @@ impl ProductAudit {
         self.gate.map_or(0, |gate| gate.drift(self.product.stock))
     }
 
-    /// Both ledgers balance, nothing was set aside, and every unit accepted is accounted for.
+    /// Units accepted that are neither stored nor in the outbox, as far as known: the servers'
+    /// counts, or the units of the orders listed missing when those are more (orders a server
+    /// answered before it started again under the same node id, which its counts no longer
+    /// hold).
+    pub fn missing_units(&self) -> i64 {
+        let listed = self.missing_orders.as_ref().map_or(0, |orders| {
+            orders
+                .iter()
+                .map(|answered| i64::from(answered.quantity.get()))
+                .sum()
+        });
+        self.unaccounted.unwrap_or(0).max(listed)
+    }
+
+    /// Both ledgers balance, nothing was set aside, and every unit accepted and every order
+    /// answered `202` is accounted for.
     pub fn balances(&self) -> bool {
         self.ledger_drift() == 0
             && self.gate_drift() == 0
             && self.gate.is_none_or(|g| g.dead == 0)
             && self.unaccounted.is_none_or(|units| units == 0)
+            && self.missing_orders.as_ref().is_none_or(Vec::is_empty)
     }
 }
 
@@ -76,8 +96,10 @@ impl SaleService {
     }
 
     /// The database first, then the gate: orders moving through the pipeline in between show
-    /// as a passing drift, which the caller measures again.
+    /// as a passing drift, which the caller measures again. The orders answered and missing
+    /// are read before, in an order of their own (see [`Self::missing_orders`]).
     async fn measure(&self, id: ProductId) -> anyhow::Result<ProductAudit> {
+        let missing_orders = self.missing_orders(id).await?;
         let product = self
             .store
             .product(id)
@@ -97,6 +119,7 @@ impl SaleService {
             sold,
             gate,
             unaccounted,
+            missing_orders,
         })
     }
 

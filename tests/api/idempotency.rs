@@ -9,7 +9,7 @@ use crate::support::{delete_keys, fresh_prefix, redis_url, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::domain::{IdempotencyKey, Money, Order, OrderId, OrderStatus, ProductId, Quantity};
-use seckill::gate::redis::RedisGate;
+use seckill::gate::redis::{RedisGate, Replicas};
 use seckill::gate::{Reserved, StockGate};
 use seckill::ids::{MAX_NODE_ID, Snowflake};
 use serde_json::{Value, json};
@@ -410,7 +410,7 @@ mod needs_redis_server {
         };
         let link = seckill::redis_link::connect(&redis_url()).await.unwrap();
         let outbox_max = seckill::config::Config::default().outbox_max_orders;
-        let dead = RedisGate::new(link, &prefix, outbox_max);
+        let dead = RedisGate::new(link, &prefix, outbox_max, Replicas::NONE);
         assert_eq!(
             dead.reserve(&order, now).await.unwrap(),
             Reserved::Taken { remaining: 1 }

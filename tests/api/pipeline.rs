@@ -175,12 +175,18 @@ mod needs_redis_server {
         require(Need::RedisServer);
         use seckill::domain::{Order, OrderId, ProductId, SaleWindow, UserId};
         use seckill::gate::{
-            GateError, GateProduct, Rejection, Reserved, StockGate, redis::RedisGate,
+            GateError, GateProduct, Rejection, Reserved, StockGate,
+            redis::{RedisGate, Replicas},
         };
         use std::collections::{HashMap, HashSet};
 
         let outbox_max = Config::default().outbox_max_orders;
-        let gate = Arc::new(RedisGate::new(redis().await, &fresh_prefix(), outbox_max));
+        let gate = Arc::new(RedisGate::new(
+            redis().await,
+            &fresh_prefix(),
+            outbox_max,
+            Replicas::NONE,
+        ));
         let now = 1_800_000_000_000;
         let stock = [(ProductId(1), 30), (ProductId(2), 20)];
         for (id, remaining) in stock {

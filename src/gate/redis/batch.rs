@@ -13,6 +13,7 @@
 use super::idempotency;
 use super::keys::Keys;
 use super::lua::{RESERVE, unavailable};
+use super::replicas::Replicas;
 use crate::domain::{Millis, Order, ProductId};
 use crate::gate::{GateError, Rejection, Reserved};
 use crate::redis_link::RedisLink;
@@ -73,18 +74,22 @@ pub(super) struct ReserveBatches {
     queues: Mutex<HashMap<ProductId, mpsc::Sender<Pending>>>,
     /// Most entries a product's outbox may hold; the script refuses buys past it.
     outbox_max: u64,
+    /// The replicas each call's buys wait for before they are answered as taken.
+    replicas: Replicas,
 }
 
 impl ReserveBatches {
     /// Batches over `redis`, for keys under `prefix`, refusing buys of a product whose outbox
-    /// holds `outbox_max` entries. A product's task starts with its first buy and ends when
-    /// this is dropped.
-    pub fn new(redis: RedisLink, prefix: &str, outbox_max: u64) -> Self {
+    /// holds `outbox_max` entries, each call's buys answered as taken only once `replicas`
+    /// acknowledged them. A product's task starts with its first buy and ends when this is
+    /// dropped.
+    pub fn new(redis: RedisLink, prefix: &str, outbox_max: u64, replicas: Replicas) -> Self {
         Self {
             redis,
             prefix: prefix.to_owned(),
             queues: Mutex::new(HashMap::new()),
             outbox_max,
+            replicas,
         }
     }
 
@@ -113,9 +118,13 @@ impl ReserveBatches {
             .entry(product)
             .or_insert_with(|| {
                 let (queue, buys) = mpsc::channel(MAX_WAITING);
-                let keys = Keys::of(&self.prefix, product);
-                let redis = self.redis.clone();
-                tokio::spawn(send_batches(redis, keys, self.outbox_max, buys));
+                let call = Call {
+                    redis: self.redis.clone(),
+                    keys: Keys::of(&self.prefix, product),
+                    outbox_max: self.outbox_max,
+                    replicas: self.replicas,
+                };
+                tokio::spawn(send_batches(call, buys));
                 queue
             })
             .clone()
@@ -125,97 +134,107 @@ impl ReserveBatches {
 /// Sends one script call at a time for one product's buys, then takes whatever queued
 /// meanwhile. The call in flight while the next fills is what batches the buys: on loopback,
 /// a second call in flight made batches smaller and buys slower.
-async fn send_batches(
-    mut redis: RedisLink,
-    keys: Keys,
-    outbox_max: u64,
-    mut buys: mpsc::Receiver<Pending>,
-) {
+async fn send_batches(mut call: Call, mut buys: mpsc::Receiver<Pending>) {
     let mut batch = Vec::with_capacity(MAX_BUYS);
     while buys.recv_many(&mut batch, MAX_BUYS).await > 0 {
         // A buyer who left before the call has nothing sent for them: no order, no stock taken.
         batch.retain(|pending| !pending.answer.is_closed());
         if !batch.is_empty() {
-            let call = rand::random();
             let batch = std::mem::take(&mut batch);
-            reserve_batch(&mut redis, &keys, outbox_max, call, batch).await;
+            call.reserve_batch(rand::random(), batch).await;
         }
     }
 }
 
-/// One script call for `batch`, all buys of one product, and each buy's answer sent back.
-/// `call` names the call's replay key: drawn at random for every call, so only a copy of this
-/// very call (the client sending it again) finds the answers it left there. The outbox takes at
-/// most `outbox_max` entries.
-async fn reserve_batch(
-    redis: &mut RedisLink,
-    keys: &Keys,
+/// What every script call of one product's batches is made of.
+struct Call {
+    redis: RedisLink,
+    keys: Keys,
+    /// Most entries the product's outbox takes.
     outbox_max: u64,
-    call: u64,
-    batch: Vec<Pending>,
-) {
-    metrics::histogram!("seckill_gate_batch_size").record(batch.len() as f64);
-    let started = Instant::now();
-    let answers = run_reserve(redis, keys, outbox_max, call, &batch).await;
-    metrics::histogram!("seckill_gate_call_duration_seconds")
-        .record(started.elapsed().as_secs_f64());
-    let expected = 2 * batch.len();
-    for (i, pending) in batch.into_iter().enumerate() {
-        let answer = match &answers {
-            Ok(answers) if answers.len() == expected => {
-                decode(&answers[2 * i], &answers[2 * i + 1])
-            }
-            Ok(answers) => Err(GateError::Unavailable(anyhow::anyhow!(
-                "reserve script answered {} values for {expected}",
-                answers.len()
-            ))),
-            Err(e) => Err(unavailable(e.clone())),
-        };
-        // The buyer may have left; the buy stands either way, as it would unbatched.
-        let _gone = pending.answer.send(answer);
-    }
+    /// The replicas that must acknowledge a call before its buys are answered as taken.
+    replicas: Replicas,
 }
 
-/// Runs the reserve script over `batch` and returns its flat answers. Only a batch with a buy
-/// that has an idempotency key names the `kept` hash and gives each buy its field there: a
-/// batch without one names neither.
-async fn run_reserve(
-    redis: &mut RedisLink,
-    keys: &Keys,
-    outbox_max: u64,
-    call: u64,
-    batch: &[Pending],
-) -> redis::RedisResult<Vec<Value>> {
-    let keyed = batch.iter().any(|pending| pending.kept_as.is_some());
-    let per_buy = if keyed { 5 } else { 4 };
-    let bytes: usize = batch
-        .iter()
-        .map(|pending| 40 + pending.encoded.len() + pending.kept_as.as_ref().map_or(0, String::len))
-        .sum();
-    let mut command = redis::Cmd::with_capacity(9 + per_buy * batch.len(), 256 + bytes);
-    command
-        .arg("EVALSHA")
-        .arg(RESERVE.get_hash())
-        .arg(if keyed { 5 } else { 4 })
-        .arg(&keys.sale)
-        .arg(&keys.buyers)
-        .arg(&keys.outbox)
-        .arg(keys.replay(call));
-    if keyed {
-        command.arg(&keys.kept);
+impl Call {
+    /// One script call for `batch`, all buys of one product, and each buy's answer sent back.
+    /// `id` names the call's replay key: drawn at random for every call, so only a copy of
+    /// this very call (the client sending it again) finds the answers it left there. A buy
+    /// taken (or a retry answered with its order) whose call the replicas did not acknowledge
+    /// is answered [`GateError::Unconfirmed`].
+    async fn reserve_batch(&mut self, id: u64, batch: Vec<Pending>) {
+        metrics::histogram!("seckill_gate_batch_size").record(batch.len() as f64);
+        let started = Instant::now();
+        let answers = self.run_reserve(id, &batch).await;
+        metrics::histogram!("seckill_gate_call_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        let expected = 2 * batch.len();
+        for (i, pending) in batch.into_iter().enumerate() {
+            let answer = match &answers {
+                Ok((answers, kept)) if answers.len() == expected => {
+                    match decode(&answers[2 * i], &answers[2 * i + 1]) {
+                        Ok(reserved) if !kept => Err(GateError::Unconfirmed {
+                            taken: matches!(reserved, Reserved::Taken { .. }),
+                        }),
+                        answer => answer,
+                    }
+                }
+                Ok((answers, _)) => Err(GateError::Unavailable(anyhow::anyhow!(
+                    "reserve script answered {} values for {expected}",
+                    answers.len()
+                ))),
+                Err(e) => Err(unavailable(e.clone())),
+            };
+            // The buyer may have left; the buy stands either way, as it would unbatched.
+            let _gone = pending.answer.send(answer);
+        }
     }
-    for pending in batch {
+
+    /// Runs the reserve script over `batch` and returns its flat answers, and whether the
+    /// replicas acknowledged the call (always, when none is waited for: then no `WAIT` is
+    /// sent). Only a batch with a buy that has an idempotency key names the `kept` hash and
+    /// gives each buy its field there: a batch without one names neither.
+    async fn run_reserve(
+        &mut self,
+        id: u64,
+        batch: &[Pending],
+    ) -> redis::RedisResult<(Vec<Value>, bool)> {
+        let keys = &self.keys;
+        let keyed = batch.iter().any(|pending| pending.kept_as.is_some());
+        let per_buy = if keyed { 5 } else { 4 };
+        let bytes: usize = batch
+            .iter()
+            .map(|pending| {
+                40 + pending.encoded.len() + pending.kept_as.as_ref().map_or(0, String::len)
+            })
+            .sum();
+        let mut command = redis::Cmd::with_capacity(9 + per_buy * batch.len(), 256 + bytes);
         command
-            .arg(pending.user)
-            .arg(pending.units)
-            .arg(pending.now)
-            .arg(&pending.encoded);
+            .arg("EVALSHA")
+            .arg(RESERVE.get_hash())
+            .arg(if keyed { 5 } else { 4 })
+            .arg(&keys.sale)
+            .arg(&keys.buyers)
+            .arg(&keys.outbox)
+            .arg(keys.replay(id));
         if keyed {
-            command.arg(pending.kept_as.as_deref().unwrap_or(""));
+            command.arg(&keys.kept);
         }
+        for pending in batch {
+            command
+                .arg(pending.user)
+                .arg(pending.units)
+                .arg(pending.now)
+                .arg(&pending.encoded);
+            if keyed {
+                command.arg(pending.kept_as.as_deref().unwrap_or(""));
+            }
+        }
+        command.arg(self.outbox_max);
+        self.replicas
+            .evalsha(&mut self.redis, &RESERVE, command)
+            .await
     }
-    command.arg(outbox_max);
-    crate::redis_link::evalsha(redis, &RESERVE, &command).await
 }
 
 /// One buy's `{code, remaining}` (or `{1, order}`) from the script, as the gate's answer.
@@ -316,9 +335,27 @@ mod tests {
         call: u64,
         orders: &[Order],
     ) -> Vec<String> {
+        run_waiting(redis, keys, outbox_max, Replicas::NONE, call, orders).await
+    }
+
+    /// [`run_bounded`], each call acknowledged by `replicas`.
+    async fn run_waiting(
+        redis: &mut RedisLink,
+        keys: &Keys,
+        outbox_max: u64,
+        replicas: Replicas,
+        id: u64,
+        orders: &[Order],
+    ) -> Vec<String> {
         let (batch, answers): (Vec<_>, Vec<_>) =
             orders.iter().map(|order| Pending::of(order, NOW)).unzip();
-        reserve_batch(redis, keys, outbox_max, call, batch).await;
+        let mut call = Call {
+            redis: redis.clone(),
+            keys: keys.clone(),
+            outbox_max,
+            replicas,
+        };
+        call.reserve_batch(id, batch).await;
         let mut decided = Vec::new();
         for answered in answers {
             decided.push(match answered.await.unwrap() {
@@ -348,7 +385,7 @@ mod tests {
     async fn loaded(tag: &str, product: &GateProduct) -> (RedisLink, RedisGate, Keys) {
         let redis = crate::redis_link::test_link().await;
         let prefix = format!("seckill-unit:{}:{tag}", std::process::id());
-        let gate = RedisGate::new(redis.clone(), &prefix, 1_000);
+        let gate = RedisGate::new(redis.clone(), &prefix, 1_000, Replicas::NONE);
         gate.load(product.clone()).await.unwrap();
         (redis, gate, Keys::of(&prefix, ProductId(1)))
     }
@@ -363,6 +400,68 @@ mod tests {
         }
         let _: () = del.query_async(redis).await.unwrap();
         gate.forget(ProductId(1)).await.unwrap();
+    }
+
+    /// More replicas than any test Redis has: every `WAIT` for them times out.
+    const MISSING_REPLICAS: Replicas = Replicas {
+        count: 16,
+        timeout_ms: 10,
+    };
+
+    #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
+    async fn buys_the_replicas_did_not_acknowledge_are_unconfirmed_yet_taken() {
+        let product = three_units(false, 1);
+        let (mut redis, gate, keys) = loaded("unacknowledged:", &product).await;
+        let buys = [order(1, 7), order(2, 7), keyed(3, 8, 1, "k")];
+        let answers = run_waiting(&mut redis, &keys, 1_000, MISSING_REPLICAS, 1, &buys).await;
+        // Taken on the master (a refusal stays a refusal): in the outbox, for the worker to
+        // store if the master survives, but not answered as bought.
+        assert_eq!(
+            answers,
+            [
+                "Err(Unconfirmed { taken: true })",
+                "Err(Rejected(LimitReached))",
+                "Err(Unconfirmed { taken: true })"
+            ]
+        );
+        let in_outbox: u64 = redis::cmd("XLEN")
+            .arg(&keys.outbox)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(in_outbox, 2);
+        assert_eq!(gate.remaining(ProductId(1)).await.unwrap(), Some(1));
+        // The keyed buy's retry is answered with its order only once the replicas have it.
+        let retry = keyed(4, 8, 1, "k");
+        assert_eq!(
+            run_waiting(
+                &mut redis,
+                &keys,
+                1_000,
+                MISSING_REPLICAS,
+                2,
+                std::slice::from_ref(&retry)
+            )
+            .await,
+            ["Err(Unconfirmed { taken: false })"]
+        );
+        assert_eq!(
+            run(&mut redis, &keys, 3, std::slice::from_ref(&retry)).await,
+            ["Replayed(3)"]
+        );
+        let waiting = RedisGate::new(redis.clone(), &gate.prefix, 1_000, MISSING_REPLICAS);
+        assert!(matches!(
+            waiting.kept(&retry).await,
+            Err(GateError::Unconfirmed { taken: false })
+        ));
+        assert_eq!(gate.kept(&retry).await.unwrap().map(|o| o.id.0), Some(3));
+        // With nothing waited for, the same call is answered as taken.
+        assert_eq!(
+            run_waiting(&mut redis, &keys, 1_000, Replicas::NONE, 4, &[order(5, 9)]).await,
+            ["Ok(Taken { remaining: 0 })"]
+        );
+        clean_up(&mut redis, &gate, &keys, &[1, 2, 3, 4]).await;
     }
 
     #[tokio::test]
@@ -567,7 +666,7 @@ mod tests {
     #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn buys_finding_their_products_queue_full_are_refused_at_once() {
         let redis = crate::redis_link::test_link().await;
-        let batches = ReserveBatches::new(redis, "seckill-unit:waiting:", 1_000);
+        let batches = ReserveBatches::new(redis, "seckill-unit:waiting:", 1_000, Replicas::NONE);
         // The product's queue, as its task would hold it, with nobody emptying it: Redis stalled.
         let (queue, mut waiting) = mpsc::channel(MAX_WAITING);
         batches.queues.lock().unwrap().insert(ProductId(1), queue);

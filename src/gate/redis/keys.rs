@@ -5,6 +5,7 @@
 use crate::domain::{IdempotencyKey, ProductId, UserId};
 
 /// The keys of one product.
+#[derive(Clone)]
 pub(super) struct Keys {
     pub sale: String,
     pub buyers: String,

@@ -21,6 +21,14 @@ pub(super) static ACK: LazyLock<Script> =
 pub(super) static BURY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/bury.lua")));
 
+/// An `EVALSHA` of `script` over `keys`, its arguments to follow, built as one command so it
+/// can lead a pipeline (`Script::invoke_async` sends it alone).
+pub(super) fn command(script: &Script, keys: &[&str]) -> redis::Cmd {
+    let mut command = redis::cmd("EVALSHA");
+    command.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    command
+}
+
 /// A Redis failure, as the gate reports it.
 pub(super) fn unavailable(e: redis::RedisError) -> GateError {
     GateError::Unavailable(anyhow::Error::new(e).context("stock gate (Redis)"))

@@ -21,8 +21,10 @@ mod idempotency;
 mod keys;
 mod lua;
 mod outbox;
+mod replicas;
 
 pub use outbox::{Outbox, OutboxEntry};
+pub use replicas::Replicas;
 
 use crate::domain::{IdempotencyKey, Millis, Order, ProductId, SaleWindow};
 use crate::gate::{GateAudit, GateError, GateProduct, Rejection, Reserved, StockGate};
@@ -42,17 +44,21 @@ pub struct RedisGate {
     prefix: String,
     /// Buys on their way to the reserve script.
     batches: ReserveBatches,
+    /// The replicas that must acknowledge a change before it counts as kept.
+    replicas: Replicas,
 }
 
 impl RedisGate {
     /// The gate over `redis`; keys start with `prefix`. A product's outbox holds at most
     /// `outbox_max` orders: past it, buys are refused ([`Rejection::BacklogFull`]) in the same
-    /// atomic step that would take the stock, so nothing is taken for them.
-    pub fn new(redis: RedisLink, prefix: &str, outbox_max: u64) -> Self {
+    /// atomic step that would take the stock, so nothing is taken for them. A buy, and every
+    /// other change, is kept once `replicas` acknowledged it (see [`replicas`]).
+    pub fn new(redis: RedisLink, prefix: &str, outbox_max: u64, replicas: Replicas) -> Self {
         Self {
-            batches: ReserveBatches::new(redis.clone(), prefix, outbox_max),
+            batches: ReserveBatches::new(redis.clone(), prefix, outbox_max, replicas),
             redis,
             prefix: prefix.to_owned(),
+            replicas,
         }
     }
 
@@ -60,14 +66,19 @@ impl RedisGate {
         Keys::of(&self.prefix, id)
     }
 
-    async fn update(&self, id: ProductId, args: &[i64], op: &str) -> Result<(), GateError> {
-        let loaded: i64 = UPDATE
-            .key(self.keys(id).sale)
-            .arg(op)
-            .arg(args)
-            .invoke_async(&mut self.redis.clone())
+    /// An operator's change of a loaded product (`op`: `configure`, `pause`, `add`), waited
+    /// for by the replicas.
+    async fn update(&self, id: ProductId, args: &[i64], op: &'static str) -> Result<(), GateError> {
+        let mut command = lua::command(&UPDATE, &[&self.keys(id).sale]);
+        command.arg(op).arg(args);
+        let (loaded, kept): (i64, bool) = self
+            .replicas
+            .evalsha(&mut self.redis.clone(), &UPDATE, command)
             .await
             .map_err(unavailable)?;
+        if !kept {
+            self.replicas.not_kept(op);
+        }
         if loaded == 1 {
             Ok(())
         } else {
@@ -193,13 +204,35 @@ impl StockGate for RedisGate {
         let Some(key) = &order.idempotency_key else {
             return Ok(None);
         };
-        let value: Option<Vec<u8>> = redis::cmd("HGET")
-            .arg(self.keys(order.product_id).kept)
-            .arg(idempotency::field(order, key))
-            .query_async(&mut self.redis.clone())
-            .await
-            .map_err(unavailable)?;
-        Ok(value.and_then(|value| idempotency::kept_order(&value, order.created_at)))
+        let kept = self.keys(order.product_id).kept;
+        let mut read = redis::pipe();
+        read.hget(&kept, idempotency::field(order, key));
+        let (value, acknowledged) = match self.replicas.wait() {
+            None => {
+                let (value,): (Option<Vec<u8>>,) = read
+                    .query_async(&mut self.redis.clone())
+                    .await
+                    .map_err(unavailable)?;
+                (value, true)
+            }
+            Some(wait) => {
+                // Written to (its lifetime renewed) so that the WAIT after it covers the write
+                // that kept the order, whichever server made it.
+                read.pexpire(&kept, IdempotencyKey::LIFETIME_MS)
+                    .ignore()
+                    .add_command(wait);
+                let (value, acknowledged): (Option<Vec<u8>>, i64) = read
+                    .query_async(&mut self.redis.clone())
+                    .await
+                    .map_err(unavailable)?;
+                (value, self.replicas.enough(acknowledged))
+            }
+        };
+        let order = value.and_then(|value| idempotency::kept_order(&value, order.created_at));
+        if order.is_some() && !acknowledged {
+            return Err(GateError::Unconfirmed { taken: false });
+        }
+        Ok(order)
     }
 
     async fn drop_key(&self, order: &Order) -> Result<(), GateError> {
@@ -221,16 +254,19 @@ impl StockGate for RedisGate {
 
     async fn release(&self, order: &Order) -> Result<(), GateError> {
         let keys = self.keys(order.product_id);
-        let _released_now: i64 = RELEASE
-            .key(keys.sale)
-            .key(keys.buyers)
-            .key(keys.released)
+        let mut command = lua::command(&RELEASE, &[&keys.sale, &keys.buyers, &keys.released]);
+        command
             .arg(order.user_id.0)
             .arg(order.quantity.get())
-            .arg(order.id.0)
-            .invoke_async(&mut self.redis.clone())
+            .arg(order.id.0);
+        let (_released_now, kept): (i64, bool) = self
+            .replicas
+            .evalsha(&mut self.redis.clone(), &RELEASE, command)
             .await
             .map_err(unavailable)?;
+        if !kept {
+            self.replicas.not_kept("release");
+        }
         Ok(())
     }
 

@@ -5,15 +5,21 @@
 //! a reader that dies leaves its entries pending, and another claims them. An entry is deleted
 //! only once its order is stored, so the stream always holds exactly the orders sold but not in
 //! the database yet, which is what a gate rebuild must subtract from the database's stock.
+//!
+//! With replicas waited for (`redis_wait_replicas`), a reader hands on only entries the
+//! replicas have: each read is followed by a `WAIT` on the same connection, and entries read
+//! without their acknowledgement stay pending, to be claimed again later. So the database never
+//! holds an order that a replica promoted after a failover lacks, and would sell again.
 
 use super::keys::Keys;
 use super::lua::{ACK, BURY};
+use super::replicas::Replicas;
 use crate::domain::order::MalformedOrder;
 use crate::domain::{Order, ProductId};
 use crate::redis_link::RedisLink;
 use anyhow::Context;
-use redis::Value;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
 use std::time::Duration;
 
 /// The consumer group every outbox reader belongs to.
@@ -40,17 +46,45 @@ pub struct Outbox {
     consumer: String,
     /// How long an entry may stay pending under a reader before another one takes it over.
     claim_after: Duration,
+    /// The replicas that must have the entries read before they are handed on.
+    replicas: Replicas,
 }
 
 impl Outbox {
-    /// A reader named `consumer` over the outbox streams under `prefix`.
-    pub fn new(redis: RedisLink, prefix: &str, consumer: String, claim_after: Duration) -> Self {
+    /// A reader named `consumer` over the outbox streams under `prefix`, handing on only what
+    /// `replicas` acknowledged.
+    pub fn new(
+        redis: RedisLink,
+        prefix: &str,
+        consumer: String,
+        claim_after: Duration,
+        replicas: Replicas,
+    ) -> Self {
         Self {
             redis,
             prefix: prefix.to_owned(),
             consumer,
             claim_after,
+            replicas,
         }
+    }
+
+    /// Sends `read`, which takes entries (and so writes: the group's pending list), with a
+    /// `WAIT` after it when replicas are waited for. `None`: they did not acknowledge it, and
+    /// the entries it took stay pending until claimed again.
+    async fn replicated<T: FromRedisValue>(&self, read: Cmd) -> RedisResult<Option<T>> {
+        let mut redis = self.redis.clone();
+        let Some(wait) = self.replicas.wait() else {
+            return read.query_async(&mut redis).await.map(Some);
+        };
+        let mut pipeline = redis::Pipeline::with_capacity(2);
+        pipeline.add_command(read).add_command(wait);
+        let (reply, acknowledged): (T, i64) = pipeline.query_async(&mut redis).await?;
+        if self.replicas.enough(acknowledged) {
+            return Ok(Some(reply));
+        }
+        self.replicas.not_kept("outbox read");
+        Ok(None)
     }
 
     /// Takes over up to `max` entries of `product` that some reader took but did not finish
@@ -60,18 +94,22 @@ impl Outbox {
         product: ProductId,
         max: usize,
     ) -> anyhow::Result<Vec<OutboxEntry>> {
-        let reply: Result<StreamAutoClaimReply, _> = redis::cmd("XAUTOCLAIM")
+        let mut claim = redis::cmd("XAUTOCLAIM");
+        claim
             .arg(Keys::of(&self.prefix, product).outbox)
             .arg(GROUP)
             .arg(&self.consumer)
             .arg(self.claim_after.as_millis() as u64)
             .arg("0-0")
             .arg("COUNT")
-            .arg(max)
-            .query_async(&mut self.redis.clone())
-            .await;
+            .arg(max);
+        let reply: RedisResult<Option<StreamAutoClaimReply>> = self.replicated(claim).await;
         match reply {
-            Ok(reply) => Ok(reply.claimed.into_iter().map(entry).collect()),
+            Ok(reply) => Ok(reply
+                .into_iter()
+                .flat_map(|r| r.claimed)
+                .map(entry)
+                .collect()),
             Err(e) if no_stream(&e) => Ok(Vec::new()),
             Err(e) => Err(e).context("claiming stalled outbox entries"),
         }
@@ -80,20 +118,20 @@ impl Outbox {
     /// Takes up to `max` new entries of `product`.
     pub async fn take(&self, product: ProductId, max: usize) -> anyhow::Result<Vec<OutboxEntry>> {
         let key = Keys::of(&self.prefix, product).outbox;
-        let reply: Result<Option<StreamReadReply>, _> = redis::cmd("XREADGROUP")
-            .arg("GROUP")
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
             .arg(GROUP)
             .arg(&self.consumer)
             .arg("COUNT")
             .arg(max)
             .arg("STREAMS")
             .arg(&key)
-            .arg(">")
-            .query_async(&mut self.redis.clone())
-            .await;
+            .arg(">");
+        let reply: RedisResult<Option<Option<StreamReadReply>>> = self.replicated(read).await;
         match reply {
             Ok(reply) => Ok(reply
                 .into_iter()
+                .flatten()
                 .flat_map(|r| r.keys)
                 .flat_map(|k| k.ids)
                 .map(entry)
@@ -191,7 +229,12 @@ fn entry(mut id: StreamId) -> OutboxEntry {
     }
 }
 
-/// The stream or its group does not exist yet: nothing was sold there.
+/// The stream or its group does not exist yet: nothing was sold there. The read may have led a
+/// pipeline, whose error holds each command's own.
 fn no_stream(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOGROUP") || e.to_string().contains("no such key")
+    let nogroup = e
+        .clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, error)| error.code() == "NOGROUP"));
+    nogroup || e.to_string().contains("no such key")
 }

@@ -44,7 +44,7 @@ pub(crate) struct PlaceOrder {
         (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for; `idempotency_key_reused`: this `Idempotency-Key` was used for another buy (another product or quantity)", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests from this address or this buyer, or too many buys of this sale event by everybody; retry after the `Retry-After` seconds", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again; `backlog_full`: too many orders are waiting to be stored; nothing was bought, retry after the `Retry-After` seconds", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again; `backlog_full`: too many orders are waiting to be stored; nothing was bought, retry after the `Retry-After` seconds; `unconfirmed`: the order was taken but the Redis replicas did not acknowledge it in time (`redis_wait_replicas`), so it may or may not survive a Redis failover: retry with the same `Idempotency-Key` after the `Retry-After` seconds (you get the order if it stands), or look at your orders", body = ErrorBody),
     )
 )]
 pub(crate) async fn place_order(

@@ -16,7 +16,7 @@
 
 use super::{Hit, Limiter, Refused};
 use crate::clock::LogEvery;
-use crate::redis_link::RedisLink;
+use crate::redis_link::{RedisLink, ScriptRequest};
 use async_trait::async_trait;
 use redis::Script;
 use std::sync::{Arc, LazyLock};
@@ -187,7 +187,7 @@ async fn count(redis: &mut RedisLink, keys: &str, batch: Vec<Pending>) {
         }
     }
     let answers: redis::RedisResult<Vec<i64>> =
-        crate::redis_link::evalsha(redis, &WINDOW, &command).await;
+        crate::redis_link::evalsha(redis, &WINDOW, ScriptRequest::Alone(&command)).await;
     let expected = 2 * batch.len();
     for (i, pending) in batch.into_iter().enumerate() {
         let answer = match &answers {

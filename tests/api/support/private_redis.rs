@@ -140,9 +140,52 @@ impl PrivateRedis {
         }
     }
 
+    /// A replica of `master` on a free port, without persistence, returned once it has
+    /// loaded the master's data and follows its stream.
+    pub async fn replica_of(master: &PrivateRedis) -> Self {
+        let binary = redis_server();
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let master_port = master.port.to_string();
+        let mut args = Persistence::None.args();
+        args.extend(["--replicaof", "127.0.0.1", &master_port]);
+        let server = spawn(&binary, port, dir.path(), &args);
+        wait_answering(port).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = ask(port, &["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            if info.contains("master_link_status:up") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica on {port} did not sync with its master within 20 s:\n{info}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self {
+            binary,
+            port,
+            persistence: Persistence::None,
+            dir,
+            server,
+        }
+    }
+
     /// Its URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the server's process: stopped, it keeps its
+    /// connections but answers nothing, as a replica whose host hangs.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.server.id().expect("the Redis server runs") as libc::pid_t;
+        let signal = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) only sends a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signalling Redis");
     }
 
     /// Kills the server with SIGKILL and starts it again on the same port and data directory:

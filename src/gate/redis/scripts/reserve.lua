@@ -26,9 +26,12 @@ if #ARGV == 1 or (#ARGV - 1) % per ~= 0 or not bound then
 end
 -- A call the client sent again (a cluster connection re-sends a script whose reply timed out)
 -- answers as its first run did, instead of taking the stock twice. The answers of a call that
--- took stock are kept for a minute: re-sends come within seconds.
+-- took stock (or answered a retry) are kept for a minute: re-sends come within seconds. Every
+-- call that answers with an order writes, so that a WAIT after it on the same connection covers
+-- the writes the answer rests on, whichever connection made them (src/gate/redis/replicas.rs).
 local replay = redis.call('GET', KEYS[4])
 if replay then
+  redis.call('PEXPIRE', KEYS[4], 60000)
   return cmsgpack.unpack(replay)
 end
 local buys = (#ARGV - 1) / per
@@ -88,7 +91,7 @@ if per == 5 then
     return tonumber(had) == units and first
   end
 end
-local held, bought, sold = {}, {}, 0
+local held, bought, sold, replayed = {}, {}, 0, false
 for i = 0, buys - 1 do
   local at = per * i
   local user, order = users[i + 1], ARGV[at + 4]
@@ -100,6 +103,7 @@ for i = 0, buys - 1 do
   if first then
     -- A retry: answered with the first buy's order, whatever the window and the stock say now.
     code = 1
+    replayed = true
   elseif first == false then
     code = -7
   elseif now < start then
@@ -150,6 +154,8 @@ if sold > 0 then
     redis.call('HSET', KEYS[5], unpack(keeps))
     redis.call('PEXPIRE', KEYS[5], lifetime)
   end
+end
+if sold > 0 or replayed then
   redis.call('SET', KEYS[4], cmsgpack.pack(answers), 'PX', 60000)
 end
 return answers
