@@ -123,7 +123,7 @@ return live
 /// when the share does not follow on what Redis holds.
 static SHARE_ANSWERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"
+        r"#!lua
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 if ARGV[2] ~= '' then
