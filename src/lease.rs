@@ -23,7 +23,7 @@ const RENEW_EVERY: Duration = Duration::from_secs(5);
 /// Renews the lease while it is ours, and takes it again when it is gone: only another
 /// process's lease on the key means ours is lost. KEYS[1] = the node's key. ARGV = our owner
 /// string, the lease in seconds. Returns 1 renewed, 2 taken again, 0 held by another.
-const KEEP: &str = r"
+const KEEP: &str = r"#!lua
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('EXPIRE', KEYS[1], ARGV[2])

@@ -52,7 +52,7 @@ const COLLECTED_FOR: Duration = Duration::from_millis(2_500);
 /// long the hashes live unrenewed (ms).
 static SHARE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"
+        r"#!lua
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], now .. '|' .. ARGV[2])
@@ -69,7 +69,7 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 /// KEYS[1] = the hash.
 static ACCEPTED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"
+        r"#!lua
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 local fields = redis.call('HGETALL', KEYS[1])
@@ -96,7 +96,7 @@ return {now - born, live}
 /// deleted. KEYS[1] = the hash.
 static OTHERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"
+        r"#!lua
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 local fields = redis.call('HGETALL', KEYS[1])
@@ -123,7 +123,7 @@ return live
 /// when the share does not follow on what Redis holds.
 static SHARE_ANSWERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"
+        r"#!lua
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 if ARGV[2] ~= '' then

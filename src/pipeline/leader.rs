@@ -20,7 +20,7 @@ const LEASE: Duration = Duration::from_secs(5);
 /// renews. Returns the token, or 0 when another process leads.
 static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"
+        r"#!lua
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
@@ -35,7 +35,7 @@ return token
 /// extended.
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"
+        r"#!lua
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end

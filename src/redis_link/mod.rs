@@ -13,7 +13,12 @@
 //! - scripts are routed by their first key; `Script::invoke_async` loads the script on every
 //!   primary when a node answers NOSCRIPT, so scripts survive failovers and restarts (a caller
 //!   that sends `EVALSHA` itself, as the reserve call does, does the same with
-//!   `Script::load_async`).
+//!   `Script::load_async`);
+//! - every script starts with `#!lua`, which tells Redis it may write. The driver opens every
+//!   cluster connection with `READONLY`, and Redis routes a script without that line as a read:
+//!   after a failover, a killed master started again at its address as the new master's
+//!   replica would run it and answer `READONLY` (which the driver does not follow) instead of
+//!   redirecting it to the new master with `MOVED`.
 
 mod sentinel;
 

@@ -237,7 +237,7 @@ impl SaleService {
                 // Its order may stand and reach the database: counted as accepted, so a gate
                 // rebuilt after Redis lost its data never sells its units again.
                 if let Some(accepted) = &self.accepted {
-                    accepted.add(order);
+                    accepted.add_unconfirmed(order);
                 }
                 Err(BuyError::Unconfirmed)
             }
@@ -439,6 +439,13 @@ impl AcceptedUnits {
         let mut accepts = self.0.lock().expect("accepted units lock poisoned");
         *accepts.units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
         accepts.answered.record(Answered::of(order));
+    }
+
+    /// Counts an order the gate took whose buyer was not told it stands (`503 unconfirmed`):
+    /// it may still reach the database, so its units count, but it is no answered order.
+    pub fn add_unconfirmed(&self, order: &Order) {
+        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
+        *accepts.units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
     }
 
     /// The units counted so far, by product, to share.

@@ -2,6 +2,7 @@
 //! database (SQLite, PostgreSQL or MySQL: see `support/backends.rs`) and talks to it over HTTP.
 //! What the tests share is in `support/`; each other file holds tests.
 
+mod accepted_kept;
 mod admin;
 mod admin_console;
 mod backpressure;

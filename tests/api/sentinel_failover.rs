@@ -11,7 +11,7 @@
 //! They run once per `scripts/test`: in the run over PostgreSQL with the gate on the single
 //! Redis and no RabbitMQ (`postgres redis`).
 
-use crate::support::faulty_sale::{FaultySale, Outcome};
+use crate::support::faulty_sale::{FaultySale, Outcome, Setup};
 use crate::support::sentinel::SentinelGroup;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -142,8 +142,12 @@ mod needs_sentinel_group {
             ("SECKILL_REDIS_WAIT_REPLICAS", "1"),
             ("RUST_LOG", "error,seckill::redis_link=info"),
         ];
-        let mut sale =
-            FaultySale::start_with(group.url(), stock, 1_500, &extra, Some(logs.path())).await;
+        let setup = Setup {
+            env: &extra,
+            logs: Some(logs.path()),
+            ..Setup::one_each(stock, 1_500)
+        };
+        let mut sale = FaultySale::start_with(group.url(), setup).await;
         sale.wait_accepted(100).await;
         group.kill(master).await;
         let killed = Instant::now();

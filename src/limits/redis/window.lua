@@ -1,3 +1,4 @@
+#!lua
 -- The sliding-window throttles of a batch of requests, in one atomic step, each request counted
 -- as if it came alone, in the order given. A key's count is the two-window estimate: the
 -- requests of the current fixed window, plus the previous window's weighted by the part of it

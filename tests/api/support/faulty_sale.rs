@@ -5,6 +5,7 @@ use super::app::TestApp;
 use super::backends::TestDatabase;
 use super::buy;
 use super::http::{client_builder, code, status_and_json};
+use super::probes;
 use super::processes::{Cluster, base_url, launch};
 use reqwest::StatusCode;
 use std::collections::HashSet;
@@ -22,24 +23,42 @@ use tokio::time::Instant;
 pub struct Answer {
     /// When its last try was sent.
     pub sent: Instant,
+    /// When the last try's answer came.
+    pub answered: Instant,
     /// The last try's status.
     pub status: StatusCode,
     /// The order id, when accepted.
     pub order: Option<i64>,
     /// How many tries before it were answered `503`.
     pub unavailable: u32,
+    /// When each of its tries answered `503 unconfirmed` was sent (the last one's too): Redis
+    /// ran the buy, its replicas did not acknowledge it in time.
+    pub unconfirmed: Vec<Instant>,
 }
 
-/// A buy of one unit as `token` on `server`, checked to be an answer a buy may get while Redis
-/// comes and goes: accepted, sold out, refused because an earlier try whose answer was lost took
-/// the buyer's unit, or unavailable for a moment.
-async fn buy(client: &reqwest::Client, server: &str, token: &str, product: i64) -> Answer {
+/// A buy of one unit as `token` on `server` (with `Idempotency-Key: key` when given), checked
+/// to be an answer a buy may get while Redis comes and goes: accepted, sold out, refused
+/// because an earlier try whose answer was lost took the buyer's unit, or unavailable for a
+/// moment (`unconfirmed` with a `Retry-After`, when replicas did not acknowledge it).
+async fn buy(
+    client: &reqwest::Client,
+    server: &str,
+    token: &str,
+    product: i64,
+    key: Option<&str>,
+) -> Answer {
     let sent = Instant::now();
-    let response = buy::request(client, server, token, product, 1)
-        .send()
-        .await
-        .unwrap();
+    let mut request = buy::request(client, server, token, product, 1);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    let response = request.send().await.unwrap();
+    let retry_after = response
+        .headers()
+        .contains_key(reqwest::header::RETRY_AFTER);
     let (status, body) = status_and_json(response).await;
+    let answered = Instant::now();
+    let mut unconfirmed = Vec::new();
     let order = match status {
         StatusCode::ACCEPTED => Some(body["order_id"].as_str().unwrap().parse().unwrap()),
         StatusCode::CONFLICT => {
@@ -49,34 +68,46 @@ async fn buy(client: &reqwest::Client, server: &str, token: &str, product: i64) 
             );
             None
         }
-        StatusCode::SERVICE_UNAVAILABLE => None,
+        StatusCode::SERVICE_UNAVAILABLE => {
+            if code(&body) == "unconfirmed" {
+                assert!(retry_after, "503 unconfirmed without Retry-After: {body}");
+                unconfirmed.push(sent);
+            }
+            None
+        }
         other => panic!("unexpected {other}: {body}"),
     };
     Answer {
         sent,
+        answered,
         status,
         order,
         unavailable: 0,
+        unconfirmed,
     }
 }
 
-/// [`buy`], tried again every 50 ms while it is answered `503`, as a buyer would, for up to
-/// 30 s.
+/// [`buy`], tried again every 50 ms while it is answered `503` (with the same `key`), as a
+/// buyer would, for up to 30 s.
 async fn buy_until_answered(
     client: &reqwest::Client,
     server: &str,
     token: &str,
     product: i64,
+    key: Option<&str>,
 ) -> Answer {
     let started = Instant::now();
     let mut unavailable = 0;
+    let mut unconfirmed = Vec::new();
     loop {
-        let answer = buy(client, server, token, product).await;
+        let mut answer = buy(client, server, token, product, key).await;
+        unconfirmed.append(&mut answer.unconfirmed);
         if answer.status != StatusCode::SERVICE_UNAVAILABLE
             || started.elapsed() > Duration::from_secs(30)
         {
             return Answer {
                 unavailable,
+                unconfirmed,
                 ..answer
             };
         }
@@ -85,16 +116,16 @@ async fn buy_until_answered(
     }
 }
 
-/// Starts `seckill <subcommand>` over `cluster` with `extra` environment, its log written to
+/// Starts `seckill <subcommand>` over `cluster` with `env`, its log written to
 /// `logs/<name>.log` when `logs` is given.
 async fn start(
     cluster: &Cluster,
     subcommand: &str,
     name: &str,
-    extra: &[(&str, &str)],
+    env: &[(&str, &str)],
     logs: Option<&Path>,
 ) -> (Child, String) {
-    let mut command = cluster.command(subcommand, extra);
+    let mut command = cluster.command(subcommand, env);
     if let Some(dir) = logs {
         let file = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
         command.stderr(file);
@@ -102,9 +133,50 @@ async fn start(
     launch(command, subcommand).await
 }
 
+/// What a [`FaultySale`] sells and how its crowd buys.
+#[derive(Clone, Copy)]
+pub struct Setup<'a> {
+    /// The product's units.
+    pub stock: i64,
+    /// Buyers in the crowd, each on one of the two servers.
+    pub buyers: usize,
+    /// The product's per-user limit: each buyer buys one unit at a time until they hold that
+    /// many, or a buy is not accepted.
+    pub per_user_limit: i64,
+    /// Most buys in flight at once (each with its tries).
+    pub in_flight: usize,
+    /// How long a buyer waits after an accepted buy before the next: with the number of
+    /// buyers, the most buys a second the crowd makes, however fast the servers are.
+    pub pause: Duration,
+    /// Whether each buy carries an `Idempotency-Key` of its own, sent again with its tries, as
+    /// a client retries.
+    pub keyed: bool,
+    /// Environment of the server and worker processes.
+    pub env: &'a [(&'a str, &'a str)],
+    /// A directory where each process's log (stderr) is written, a file each (read by
+    /// [`FaultySale::logs`]); `None`: the test's own stderr.
+    pub logs: Option<&'a Path>,
+}
+
+impl Setup<'static> {
+    /// `buyers` buying one unit each of `stock`, 32 at once, without keys.
+    pub fn one_each(stock: i64, buyers: usize) -> Self {
+        Self {
+            stock,
+            buyers,
+            per_user_limit: 1,
+            in_flight: 32,
+            pause: Duration::ZERO,
+            keyed: false,
+            env: &[],
+            logs: None,
+        }
+    }
+}
+
 /// A live sale on two server processes and a worker over the Redis at `redis`, and a crowd
-/// buying one unit each from both servers, 32 buys in flight, each buyer trying again while
-/// answered `503`; then the checks every fault must leave true.
+/// buying from both servers as its [`Setup`] says, each buy tried again while answered `503`;
+/// then the checks every fault must leave true.
 pub struct FaultySale {
     /// The backends the processes share, to run `seckill reconcile` over them.
     cluster: Cluster,
@@ -128,54 +200,67 @@ pub struct FaultySale {
     probes: std::vec::IntoIter<String>,
     /// The orders the probes were accepted.
     pub probed: HashSet<i64>,
-    /// Each buyer's task, ending with their answer.
-    crowd: Vec<JoinHandle<Answer>>,
+    /// Each buyer's task, ending with the answer to each of their buys.
+    crowd: Vec<JoinHandle<Vec<Answer>>>,
     /// How many of the crowd's buys were accepted so far.
     accepted: Arc<AtomicUsize>,
 }
 
 impl FaultySale {
-    /// Starts the processes and the crowd of `buyers` after `stock` units.
+    /// Starts the processes and the crowd of `buyers` after `stock` units, one each.
     pub async fn start(redis: String, stock: i64, buyers: usize) -> Self {
-        Self::start_with(redis, stock, buyers, &[], None).await
+        Self::start_with(redis, Setup::one_each(stock, buyers)).await
     }
 
-    /// [`FaultySale::start`], the processes given `extra` environment and, with `logs`, their
-    /// log (stderr) written to a file each in that directory (read by [`FaultySale::logs`]).
-    pub async fn start_with(
-        redis: String,
-        stock: i64,
-        buyers: usize,
-        extra: &[(&str, &str)],
-        logs: Option<&Path>,
-    ) -> Self {
+    /// Starts the processes and the crowd as `setup` says.
+    pub async fn start_with(redis: String, setup: Setup<'_>) -> Self {
+        let Setup {
+            stock,
+            buyers,
+            per_user_limit,
+            in_flight,
+            pause,
+            keyed,
+            env,
+            logs,
+        } = setup;
         let cluster = Cluster::on_redis(Arc::new(TestDatabase::fresh().await), redis.clone());
         let observer = cluster.observer().await;
-        let product = observer.live_product(stock, 1).await;
+        let product = observer.live_product(stock, per_user_limit).await;
         let mut tokens = observer.users(buyers + 40).await;
         let probes = tokens.split_off(buyers).into_iter();
-        let (first, first_line) = start(&cluster, "serve", "first server", extra, logs).await;
-        let (second, second_line) = start(&cluster, "serve", "second server", extra, logs).await;
-        let (worker, _) = start(&cluster, "worker", "worker", extra, logs).await;
+        let (first, first_line) = start(&cluster, "serve", "first server", env, logs).await;
+        let (second, second_line) = start(&cluster, "serve", "second server", env, logs).await;
+        let (worker, _) = start(&cluster, "worker", "worker", env, logs).await;
         let servers = vec![base_url(&first_line), base_url(&second_line)];
         let client = client_builder()
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(32));
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(in_flight));
         let mut crowd = Vec::new();
         for (i, token) in tokens.into_iter().enumerate() {
             let server = servers[i % servers.len()].clone();
             let (client, accepted, in_flight) =
                 (client.clone(), accepted.clone(), in_flight.clone());
             crowd.push(tokio::spawn(async move {
-                let _permit = in_flight.acquire().await.unwrap();
-                let answer = buy_until_answered(&client, &server, &token, product).await;
-                if answer.order.is_some() {
+                let mut answers = Vec::new();
+                for n in 0..per_user_limit {
+                    let key = keyed.then(|| format!("buy-{n}"));
+                    let answer = {
+                        let _permit = in_flight.acquire().await.unwrap();
+                        buy_until_answered(&client, &server, &token, product, key.as_deref()).await
+                    };
+                    let bought = answer.order.is_some();
+                    answers.push(answer);
+                    if !bought {
+                        break;
+                    }
                     accepted.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(pause).await;
                 }
-                answer
+                answers
             }));
         }
         Self {
@@ -213,7 +298,7 @@ impl FaultySale {
     pub async fn answered_again(&mut self, since: Instant, within: Duration) {
         loop {
             let token = self.probes.next().expect("more probe buyers");
-            let answer = buy(&self.client, &self.servers[0], &token, self.product).await;
+            let answer = buy(&self.client, &self.servers[0], &token, self.product, None).await;
             self.probed.extend(answer.order);
             if answer.status != StatusCode::SERVICE_UNAVAILABLE {
                 return;
@@ -226,11 +311,11 @@ impl FaultySale {
         }
     }
 
-    /// Every answer of the crowd, once each buyer has one.
+    /// Every answer of the crowd, once each buyer has done buying.
     pub async fn answers(&mut self) -> Vec<Answer> {
         let mut answers = Vec::new();
         for buy in self.crowd.drain(..) {
-            answers.push(
+            answers.extend(
                 tokio::time::timeout(Duration::from_secs(60), buy)
                     .await
                     .expect("the crowd was not answered within 60 s")
@@ -258,6 +343,26 @@ impl FaultySale {
             .collect()
     }
 
+    /// Stops the worker with SIGSTOP, as a worker falls behind: the orders stay in the outbox.
+    pub async fn stop_worker(&self) {
+        probes::signal(self.worker(), "STOP").await;
+    }
+
+    /// Lets the stopped worker go on with SIGCONT.
+    pub async fn resume_worker(&self) {
+        probes::signal(self.worker(), "CONT").await;
+    }
+
+    /// The worker process.
+    fn worker(&self) -> &Child {
+        let (_, worker) = self
+            .processes
+            .iter()
+            .find(|(name, _)| *name == "worker")
+            .expect("the sale's worker");
+        worker
+    }
+
     /// Fails the test if any process has exited.
     pub fn assert_running(&mut self) {
         for (name, process) in &mut self.processes {
@@ -275,7 +380,7 @@ impl FaultySale {
         self.assert_running();
         for server in self.servers.clone() {
             let token = self.probes.next().expect("more probe buyers");
-            let answer = buy(&self.client, &server, &token, self.product).await;
+            let answer = buy(&self.client, &server, &token, self.product, None).await;
             self.probed.extend(answer.order);
             assert_ne!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{server}");
         }
@@ -390,7 +495,7 @@ impl Outcome {
             accepted,
         };
         eprintln!(
-            "{test}: {} buyers, {} orders accepted ({} of probes, {} of buys sent after the \
+            "{test}: {} buys, {} orders accepted ({} of probes, {} of buys sent after the \
              fault), {} answered 503 at least once ({} tries in all), {} accepted and never \
              stored, {} stored without a 202, {} stored",
             answers.len(),

@@ -10,9 +10,10 @@
 //! - `sandbox.rs`: paying through the built-in gateway.
 //! - `orders.rs`: orders written straight to the store.
 //! - `shared_redis.rs`: servers sharing one Redis prefix and database.
-//! - `processes.rs`, `crowd.rs`, `faulty_sale.rs`, `private_redis.rs`, `proxies.rs`: server
-//!   and worker processes of the real binary, crowds buying from them, and the faults a test
-//!   makes (its own Redis or RabbitMQ killed, a link cut).
+//! - `processes.rs`, `crowd.rs`, `faulty_sale.rs`, `private_redis.rs`, `proxies.rs`,
+//!   `link_cut.rs`: server and worker processes of the real binary, crowds buying from them,
+//!   and the faults a test makes (its own Redis or RabbitMQ killed, a link cut by a proxy or
+//!   by `iptables`).
 //! - `hosts.rs`, `haproxy.rs`, `rolling.rs`: the deployment across hosts
 //!   (network namespaces), its load balancer, and a rolling restart as the
 //!   shoppers behind the load balancer see it.
@@ -33,6 +34,7 @@ pub mod faulty_sale;
 pub mod haproxy;
 pub mod hosts;
 pub mod http;
+pub mod link_cut;
 pub mod operator;
 pub mod orders;
 pub mod private_redis;

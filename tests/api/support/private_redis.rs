@@ -94,6 +94,15 @@ pub async fn wait_answering(port: u16) {
     }
 }
 
+/// How far a master's one replica is behind it, as the master's `INFO replication` says.
+#[derive(Clone, Copy, Debug)]
+pub struct Lag {
+    /// Bytes of the replication stream the master wrote that the replica has not acknowledged.
+    pub bytes: i64,
+    /// Seconds since the replica last acknowledged anything.
+    pub ack_age_secs: i64,
+}
+
 /// Kills a server with SIGKILL, so it saves nothing on its way out.
 pub async fn kill(server: &mut Child) {
     server.start_kill().unwrap();
@@ -352,6 +361,52 @@ impl PrivateCluster {
             }
         }
         None
+    }
+
+    /// The local port of the replication connection the master on `port` has from its one
+    /// replica (`CLIENT LIST TYPE replica`): the master's replication stream flows from `port`
+    /// to it.
+    pub async fn replica_connection(&self, port: u16) -> u16 {
+        let clients: String = ask(port, &["CLIENT", "LIST", "TYPE", "replica"])
+            .await
+            .unwrap();
+        let ports: Vec<u16> = clients
+            .lines()
+            .filter_map(|line| {
+                let addr = line
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix("addr="))?;
+                addr.rsplit(':').next()?.parse().ok()
+            })
+            .collect();
+        match ports[..] {
+            [replica] => replica,
+            _ => panic!("127.0.0.1:{port} has not one replica connected: {clients:?}"),
+        }
+    }
+
+    /// How far the one replica of the master on `port` is behind it.
+    pub async fn replication_lag(&self, port: u16) -> Lag {
+        let info: String = ask(port, &["INFO", "replication"]).await.unwrap();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.trim().strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in INFO replication: {info}"))
+                .to_owned()
+        };
+        let written: i64 = field("master_repl_offset:").parse().unwrap();
+        let replica = field("slave0:");
+        let value = |name: &str| -> i64 {
+            replica
+                .split(',')
+                .find_map(|pair| pair.strip_prefix(name))
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in slave0:{replica}"))
+        };
+        Lag {
+            bytes: written - value("offset="),
+            ack_age_secs: value("lag="),
+        }
     }
 
     /// Kills the node on `port` with SIGKILL.

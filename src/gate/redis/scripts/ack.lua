@@ -1,3 +1,4 @@
+#!lua
 -- Forgets outbox entries whose orders are stored: acknowledged for the group and deleted, so the
 -- stream holds exactly the orders sold but not in the database yet (those relayed to RabbitMQ
 -- included: the relay only acknowledges; the worker that stores them deletes them).

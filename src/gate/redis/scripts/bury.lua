@@ -1,3 +1,4 @@
+#!lua
 -- Sets an outbox entry no worker can ever store aside, in one step so it is never both buried
 -- and still pending. KEYS[1] = outbox stream, KEYS[2] = dead stream (one hash tag). ARGV =
 -- group, entry id, the order as stored in the entry, the reason.

@@ -1,3 +1,4 @@
+#!lua
 -- A buyer's claim on an idempotency key (see `src/gate/redis/idempotency.rs`). KEYS[1] = the
 -- claim. ARGV[1] = 'claim', 'free' or 'hold'; ARGV[2] = this buy's claim (`product:units:order
 -- id`); ARGV[3] = the key's lifetime in ms.

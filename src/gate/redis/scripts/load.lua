@@ -1,3 +1,4 @@
+#!lua
 -- Preheat: loads a product unless it is already loaded (another server may have been first, and
 -- buys may already be running against it). KEYS[1] = sale hash, KEYS[2] = buyers hash,
 -- KEYS[3] = released set, KEYS[4] = the hash of orders kept by buyer and idempotency key.

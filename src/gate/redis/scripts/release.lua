@@ -1,3 +1,4 @@
+#!lua
 -- Gives an order's units back and lowers its buyer's count, once per order whatever the number
 -- of calls. KEYS[1] = sale hash, KEYS[2] = buyers hash, KEYS[3] = set of released order ids.
 -- ARGV = user id, units, order id. Returns 1 if released now, 0 if already released or the

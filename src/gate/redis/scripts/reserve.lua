@@ -1,3 +1,4 @@
+#!lua
 -- Buys of one product, in one atomic step, each decided as if it ran alone in the order given.
 -- KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash, KEYS[3] = its outbox stream,
 -- KEYS[4] = this call's replay key, named afresh for every call, and, only when a buy of the

@@ -1,3 +1,4 @@
+#!lua
 -- Changes a loaded product: ARGV[1] = "configure" with start, end, limit; "add" with units; or
 -- "pause" with 1 (paused) or 0 (resumed). KEYS[1] = sale hash. Returns 1 if the product is
 -- loaded (and changed), 0 if not.
