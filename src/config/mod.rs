@@ -397,6 +397,12 @@ impl Config {
         if let (Deployment::Embedded, Some(_)) = (self.deployment(), &self.amqp_url) {
             bail!("amqp_url (SECKILL_AMQP_URL) needs redis_url: RabbitMQ carries the Redis outbox");
         }
+        if let (Deployment::Embedded, 1..) = (self.deployment(), self.redis_wait_replicas) {
+            bail!(
+                "redis_wait_replicas (SECKILL_REDIS_WAIT_REPLICAS) needs redis_url: without Redis, \
+                 a buy is answered once its group commit is in the database"
+            );
+        }
         self.validate_tls()?;
         if self.claim_after_ms == 0 {
             bail!("claim_after_ms must be positive");
@@ -575,6 +581,27 @@ mod tests {
         assert!(with(1, 0).is_err());
         assert!(with(MAX_BACKLOG + 1, 1).is_err());
         assert!(with(1, MAX_BACKLOG as usize + 1).is_err());
+    }
+
+    #[test]
+    fn waiting_for_redis_replicas_is_bounded_and_needs_redis() {
+        let with = |redis_url: Option<&str>, redis_wait_replicas, redis_wait_timeout_ms| {
+            Config {
+                redis_url: redis_url.map(str::to_owned),
+                redis_wait_replicas,
+                redis_wait_timeout_ms,
+                ..Config::default()
+            }
+            .validate()
+        };
+        let redis = Some("redis://127.0.0.1:6379");
+        with(redis, MAX_WAIT_REPLICAS, MAX_WAIT_TIMEOUT_MS).unwrap();
+        with(None, 0, 1).unwrap();
+        assert!(with(redis, MAX_WAIT_REPLICAS + 1, 100).is_err());
+        assert!(with(redis, 1, 0).is_err());
+        assert!(with(redis, 1, MAX_WAIT_TIMEOUT_MS + 1).is_err());
+        let embedded = with(None, 1, 100).unwrap_err().to_string();
+        assert!(embedded.contains("needs redis_url"), "{embedded}");
     }
 
     #[test]
