@@ -15,9 +15,11 @@
 //!   `503 unconfirmed` (its order may or may not survive a failover);
 //! - the worker's read of the outbox: it stores only orders the replicas have, so the database
 //!   never holds an order a promoted replica would sell again;
-//! - releases and the operator's changes (stock added, a pause, a window): a change lost in a
-//!   failover gives nothing away twice (units given back are lost, and undersold until
-//!   `seckill reconcile --repair`), so they wait, and only log and count when not acknowledged.
+//! - releases (a cancel, the deadline sweep, a refund) and the operator's changes (stock added,
+//!   a pause, a window): a change lost in a failover gives nothing away twice (units given back
+//!   are lost, and undersold until `seckill reconcile --repair`), so they wait, and only log and
+//!   count when not acknowledged;
+//! - paying changes nothing in the gate (the database holds the payment).
 
 use crate::redis_link::{RedisLink, ScriptRequest};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, Script};
