@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("redis_link", &["redact"]),
     ("store", &["clock", "domain", "ids", "redact"]),
     ("config", &["domain", "ids", "redact", "store"]),
-    ("gate", &["domain", "redis_link"]),
+    ("gate", &["clock", "domain", "redis_link"]),
     ("lease", &["ids", "redis_link"]),
     ("limits", &["clock", "domain", "redis_link"]),
     (

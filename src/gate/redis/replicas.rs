@@ -24,6 +24,11 @@
 use crate::redis_link::{RedisLink, ScriptRequest};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, Script};
 
+/// When a change the replicas did not acknowledge was last logged: while a replica lags, every
+/// batch and every read of the outbox would log one.
+static NOT_KEPT_LOGGED: crate::clock::LogEvery =
+    crate::clock::LogEvery::new(std::time::Duration::from_secs(10));
+
 /// How many replicas must acknowledge a change, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replicas {
@@ -78,11 +83,14 @@ impl Replicas {
     /// the changes that go on without them (`what` names it).
     pub(super) fn not_kept(&self, what: &'static str) {
         metrics::counter!("seckill_redis_unacknowledged_total", "change" => what).increment(1);
-        tracing::warn!(
-            change = what,
-            replicas = self.count,
-            "Redis replicas did not acknowledge a change in time: a failover now could lose it"
-        );
+        if NOT_KEPT_LOGGED.due() {
+            tracing::warn!(
+                change = what,
+                replicas = self.count,
+                "Redis replicas did not acknowledge a change in time: a failover now could lose \
+                 it (more within 10 s are only counted, in seckill_redis_unacknowledged_total)"
+            );
+        }
     }
 
     /// Warns at start-up when a master has fewer replicas than every buy will wait for: each
