@@ -242,7 +242,10 @@ pub enum ScriptRequest<'a> {
 
 impl ScriptRequest<'_> {
     /// Sends it over `redis` and reads the answer.
-    async fn send<T: redis::FromRedisValue>(self, redis: &mut RedisLink) -> redis::RedisResult<T> {
+    pub async fn send<T: redis::FromRedisValue>(
+        self,
+        redis: &mut RedisLink,
+    ) -> redis::RedisResult<T> {
         match self {
             Self::Alone(command) => command.query_async(redis).await,
             Self::Pipelined(pipeline) => pipeline.query_async(redis).await,

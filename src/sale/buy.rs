@@ -433,19 +433,28 @@ struct Accepts {
     answered: RecentAnswers,
 }
 
+impl Accepts {
+    /// Counts `order`'s units.
+    fn count(&mut self, order: &Order) {
+        *self.units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+    }
+}
+
 impl AcceptedUnits {
     /// Counts an order the gate accepted and its buyer is answered `202` for, and records it.
     pub fn add(&self, order: &Order) {
         let mut accepts = self.0.lock().expect("accepted units lock poisoned");
-        *accepts.units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+        accepts.count(order);
         accepts.answered.record(Answered::of(order));
     }
 
     /// Counts an order the gate took whose buyer was not told it stands (`503 unconfirmed`):
     /// it may still reach the database, so its units count, but it is no answered order.
     pub fn add_unconfirmed(&self, order: &Order) {
-        let mut accepts = self.0.lock().expect("accepted units lock poisoned");
-        *accepts.units.entry(order.product_id).or_default() += i64::from(order.quantity.get());
+        self.0
+            .lock()
+            .expect("accepted units lock poisoned")
+            .count(order);
     }
 
     /// The units counted so far, by product, to share.

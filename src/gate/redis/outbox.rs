@@ -73,18 +73,11 @@ impl Outbox {
     /// `WAIT` after it when replicas are waited for. `None`: they did not acknowledge it, and
     /// the entries it took stay pending until claimed again.
     async fn replicated<T: FromRedisValue>(&self, read: Cmd) -> RedisResult<Option<T>> {
-        let mut redis = self.redis.clone();
-        let Some(wait) = self.replicas.wait() else {
-            return read.query_async(&mut redis).await.map(Some);
-        };
-        let mut pipeline = redis::Pipeline::with_capacity(2);
-        pipeline.add_command(read).add_command(wait);
-        let (reply, acknowledged): (T, i64) = pipeline.query_async(&mut redis).await?;
-        if self.replicas.enough(acknowledged) {
-            return Ok(Some(reply));
+        let (reply, kept) = self.replicas.query(&mut self.redis.clone(), read).await?;
+        if !kept {
+            self.replicas.not_kept("outbox read");
         }
-        self.replicas.not_kept("outbox read");
-        Ok(None)
+        Ok(kept.then_some(reply))
     }
 
     /// Takes over up to `max` entries of `product` that some reader took but did not finish

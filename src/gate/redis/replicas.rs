@@ -24,6 +24,18 @@
 use crate::redis_link::{RedisLink, ScriptRequest};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, Script};
 
+/// Sends `request`: through `script`'s reloading when it runs one, else as it is.
+async fn run<T: FromRedisValue>(
+    redis: &mut RedisLink,
+    script: Option<&Script>,
+    request: ScriptRequest<'_>,
+) -> RedisResult<T> {
+    match script {
+        Some(script) => crate::redis_link::evalsha(redis, script, request).await,
+        None => request.send(redis).await,
+    }
+}
+
 /// When a change the replicas did not acknowledge was last logged: while a replica lags, every
 /// batch and every read of the outbox would log one.
 static NOT_KEPT_LOGGED: crate::clock::LogEvery =
@@ -54,23 +66,43 @@ impl Replicas {
         })
     }
 
-    /// Sends `command`, an `EVALSHA` of `script`, and, when replicas are waited for, a `WAIT`
-    /// after it in one pipeline: the script's answer, and whether they acknowledged it (always
-    /// true when none is waited for).
+    /// Sends `command`, an `EVALSHA` of `script` (sent again after the script if a server does
+    /// not know it), as [`query`](Self::query) sends a command.
     pub(super) async fn evalsha<T: FromRedisValue>(
         &self,
         redis: &mut RedisLink,
         script: &Script,
         command: Cmd,
     ) -> RedisResult<(T, bool)> {
+        self.send(redis, Some(script), command).await
+    }
+
+    /// Sends `command`, a change, and, when replicas are waited for, a `WAIT` after it in one
+    /// pipeline: its answer, and whether they acknowledged it (always true when none is waited
+    /// for).
+    pub(super) async fn query<T: FromRedisValue>(
+        &self,
+        redis: &mut RedisLink,
+        command: Cmd,
+    ) -> RedisResult<(T, bool)> {
+        self.send(redis, None, command).await
+    }
+
+    /// [`query`](Self::query), through `script`'s reloading when the command runs it.
+    async fn send<T: FromRedisValue>(
+        &self,
+        redis: &mut RedisLink,
+        script: Option<&Script>,
+        command: Cmd,
+    ) -> RedisResult<(T, bool)> {
         let Some(wait) = self.wait() else {
-            let answer = crate::redis_link::evalsha(redis, script, ScriptRequest::Alone(&command));
-            return Ok((answer.await?, true));
+            let answer = run(redis, script, ScriptRequest::Alone(&command)).await?;
+            return Ok((answer, true));
         };
         let mut pipeline = Pipeline::with_capacity(2);
         pipeline.add_command(command).add_command(wait);
         let (answer, acknowledged): (T, i64) =
-            crate::redis_link::evalsha(redis, script, ScriptRequest::Pipelined(&pipeline)).await?;
+            run(redis, script, ScriptRequest::Pipelined(&pipeline)).await?;
         Ok((answer, self.enough(acknowledged)))
     }
 
