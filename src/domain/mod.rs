@@ -27,7 +27,7 @@ pub use order::{Order, OrderId, OrderStatus};
 pub use product::{Guard, InvalidGuard, Product, ProductId, SaleEvent, SaleStatus, SaleWindow};
 pub use quantity::Quantity;
 pub use refusal::Refusal;
-pub use stock::{AddedStock, MAX_STOCK, PerUserLimit, Stock};
+pub use stock::{AddedStock, MAX_STOCK, PerUserLimit, Stock, StockBuckets};
 pub use text::{EventTitle, ImageUrl, ProductName};
 pub use user::{NamePrefix, Password, UserId, Username};
 

@@ -15,6 +15,12 @@ pub struct Stock(i64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddedStock(i64);
 
+/// How many parts a product's stock is split into in a shared gate, each decided on its own
+/// (on its own shard of a Redis Cluster): 1 to [`StockBuckets::MAX`]. More buckets spread one
+/// hot product's buys over more Redis cores; an in-process gate ignores them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StockBuckets(u8);
+
 /// How many units one buyer may hold in orders of a product that are not cancelled: 1 to
 /// [`Quantity::MAX`], since no buy may ask for more than that either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +64,30 @@ impl AddedStock {
     }
 }
 
+impl StockBuckets {
+    /// The most buckets one product may have.
+    pub const MAX: u8 = 64;
+
+    /// One bucket: the whole stock decided in one place.
+    pub const ONE: Self = Self(1);
+
+    /// Parses an operator's bucket count (the field `buckets`).
+    pub fn parse(buckets: i64) -> Result<Self, Refusal> {
+        match u8::try_from(buckets) {
+            Ok(n) if (1..=Self::MAX).contains(&n) => Ok(Self(n)),
+            _ => Err(Refusal::new(
+                "invalid_buckets",
+                format!("buckets must be 1 to {}", Self::MAX),
+            )),
+        }
+    }
+
+    /// The number of buckets.
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
 impl PerUserLimit {
     /// Parses an operator's limit (the field `per_user_limit`).
     pub fn parse(units: i64) -> Result<Self, Refusal> {
@@ -75,6 +105,18 @@ impl PerUserLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_are_one_to_sixty_four() {
+        assert_eq!(StockBuckets::parse(1).map(StockBuckets::get), Ok(1));
+        assert_eq!(StockBuckets::parse(64).map(StockBuckets::get), Ok(64));
+        for refused in [0, 65, -1, 256, i64::MAX] {
+            assert_eq!(
+                StockBuckets::parse(refused).unwrap_err().code,
+                "invalid_buckets"
+            );
+        }
+    }
 
     #[test]
     fn stock_is_zero_to_the_most_one_product_holds() {

@@ -199,7 +199,7 @@ impl StockGate for MemoryGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Money, OrderId, OrderStatus, Quantity};
+    use crate::domain::{Money, OrderId, OrderStatus, Quantity, StockBuckets};
 
     fn order(user: i64, units: i64) -> Order {
         Order {
@@ -228,6 +228,7 @@ mod tests {
             paused: false,
             remaining: stock,
             per_user_limit: limit,
+            buckets: StockBuckets::ONE,
             holdings: vec![],
             released: vec![],
             kept: vec![],
@@ -344,6 +345,7 @@ mod tests {
             paused: true,
             remaining: 5,
             per_user_limit: 1,
+            buckets: StockBuckets::ONE,
             holdings: vec![],
             released: vec![],
             kept: vec![],
@@ -429,6 +431,7 @@ mod tests {
             paused: false,
             remaining: 0,
             per_user_limit: 1,
+            buckets: StockBuckets::ONE,
             holdings: vec![(UserId(7), 1)],
             released: vec![],
             kept: vec![keyed(1, 7, 1, 120, "k")],

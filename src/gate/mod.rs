@@ -8,7 +8,7 @@
 pub mod memory;
 pub mod redis;
 
-use crate::domain::{Millis, Order, OrderId, ProductId, SaleWindow, UserId};
+use crate::domain::{Millis, Order, OrderId, ProductId, SaleWindow, StockBuckets, UserId};
 use async_trait::async_trait;
 
 /// Everything the gate needs to sell a product.
@@ -21,6 +21,9 @@ pub struct GateProduct {
     /// Units left to sell.
     pub remaining: i64,
     pub per_user_limit: u32,
+    /// How many parts a shared gate splits the stock into, each on its own shard; an
+    /// in-process gate decides the whole stock in one place and ignores it.
+    pub buckets: StockBuckets,
     /// Units each buyer already holds in orders that are not cancelled.
     pub holdings: Vec<(UserId, u32)>,
     /// Cancelled orders, whose stock is in `remaining` already: releasing one of them again

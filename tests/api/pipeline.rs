@@ -173,7 +173,7 @@ mod needs_redis_server {
     #[ignore = "needs a Redis server, whatever the gate: run by scripts/test on postgres redis and postgres cluster amqp"]
     async fn buys_batched_together_are_decided_one_by_one() {
         require(Need::RedisServer);
-        use seckill::domain::{Order, OrderId, ProductId, SaleWindow, UserId};
+        use seckill::domain::{Order, OrderId, ProductId, SaleWindow, StockBuckets, UserId};
         use seckill::gate::{
             GateError, GateProduct, Rejection, Reserved, StockGate,
             redis::{RedisGate, Replicas},
@@ -196,6 +196,7 @@ mod needs_redis_server {
                 paused: false,
                 remaining,
                 per_user_limit: 2,
+                buckets: StockBuckets::ONE,
                 holdings: vec![],
                 released: vec![],
                 kept: vec![],

@@ -283,7 +283,7 @@ fn decode(code: &Value, second: &Value) -> Result<Reserved, GateError> {
 mod tests {
     use super::*;
     use crate::domain::{
-        IdempotencyKey, Money, OrderId, OrderStatus, Quantity, SaleWindow, UserId,
+        IdempotencyKey, Money, OrderId, OrderStatus, Quantity, SaleWindow, StockBuckets, UserId,
     };
     use crate::gate::redis::RedisGate;
     use crate::gate::{GateProduct, StockGate};
@@ -374,6 +374,7 @@ mod tests {
             paused,
             remaining: 3,
             per_user_limit: limit,
+            buckets: StockBuckets::ONE,
             holdings: vec![],
             released: vec![],
             kept: vec![],
