@@ -4,7 +4,7 @@
 //! Seeding is idempotent: users are created if missing, events only if none is live or upcoming.
 
 use crate::clock::local_time_of_day;
-use crate::domain::{Guard, Millis, Money, SaleStatus, SaleWindow, Username};
+use crate::domain::{Guard, Millis, Money, SaleStatus, SaleWindow, StockBuckets, Username};
 use crate::store::{NewProduct, Store};
 use std::sync::Arc;
 
@@ -102,6 +102,7 @@ pub async fn seed(store: &Arc<dyn Store>, now: Millis) -> anyhow::Result<()> {
                 sale_price: Money::from_cents(sale)?,
                 stock,
                 per_user_limit: 1,
+                buckets: StockBuckets::ONE,
                 window,
             };
             store.create_product(&product, now).await?;

@@ -446,6 +446,7 @@ impl From<crate::sale::AdminError> for ApiError {
             AdminError::UnknownProduct => Self::unknown_product(),
             AdminError::UnknownEvent => Self::not_found("unknown_event", "no such sale event"),
             AdminError::UnknownUser => Self::not_found("unknown_user", "no such user"),
+            AdminError::ProductLoaded => Self::conflict("product_loaded", e.to_string()),
             AdminError::Store(e) => e.into(),
             AdminError::Backend(e) => e.into(),
         }

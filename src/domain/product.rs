@@ -1,6 +1,6 @@
 //! Products on sale and the sale events (场次) that group them.
 
-use super::{Millis, Money, Refusal};
+use super::{Millis, Money, Refusal, StockBuckets};
 use serde::{Deserialize, Serialize};
 
 /// A product's database id.
@@ -158,6 +158,10 @@ pub struct Product {
     pub stock: i64,
     /// How many units one user may hold in orders that are not cancelled.
     pub per_user_limit: u32,
+    /// How many buckets a shared gate splits its stock into, each on its own Redis shard, so
+    /// the buys of one hot product are not all decided by one Redis core. Fixed once the
+    /// product is in the gate (`gate_loaded_at`): the gate's buckets hold its stock and buyers.
+    pub buckets: StockBuckets,
     pub window: SaleWindow,
     /// When an operator paused buying, which stays refused until they resume it; `None` while
     /// buying follows the window alone.

@@ -7,7 +7,7 @@ use super::{SaleService, unless_not_loaded, unless_rebuild_waits};
 use crate::clock::local_time_of_day;
 use crate::domain::{
     AddedStock, EventTitle, Guard, Image, ImageUrl, Money, Operator, PerUserLimit, Product,
-    ProductId, ProductName, Refusal, SaleEvent, SaleWindow, Stock,
+    ProductId, ProductName, Refusal, SaleEvent, SaleWindow, Stock, StockBuckets,
 };
 use crate::store::{NewProduct, ProductPatch, StoreError};
 use std::sync::Arc;
@@ -28,6 +28,11 @@ pub enum AdminError {
     /// The account named does not exist.
     #[error("no such user")]
     UnknownUser,
+    /// The change would split the stock of a product already in the gate into other buckets:
+    /// the gate's buckets hold its stock and buyers, so their count is fixed from the first
+    /// load on. Nothing was changed.
+    #[error("the stock buckets can be changed only before the product is preheated")]
+    ProductLoaded,
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -64,6 +69,8 @@ pub struct NewProductInput {
     pub stock: Stock,
     /// Without one, the service's default ([`super::SaleSettings::default_per_user_limit`]).
     pub per_user_limit: Option<PerUserLimit>,
+    /// Without one, [`StockBuckets::ONE`]: the whole stock decided in one place.
+    pub buckets: Option<StockBuckets>,
     /// Without one, it sells during its event's window (and needs an event).
     pub window: Option<SaleWindow>,
 }
@@ -77,6 +84,9 @@ pub struct ProductChanges {
     pub original_price: Option<Money>,
     pub sale_price: Option<Money>,
     pub per_user_limit: Option<PerUserLimit>,
+    /// Refused ([`AdminError::ProductLoaded`]) once the product is in the gate, unless it is
+    /// the count it has.
+    pub buckets: Option<StockBuckets>,
     pub window: Option<SaleWindow>,
 }
 
@@ -88,6 +98,7 @@ impl From<ProductChanges> for ProductPatch {
             original_price: changes.original_price,
             sale_price: changes.sale_price,
             per_user_limit: changes.per_user_limit.map(PerUserLimit::get),
+            buckets: changes.buckets,
             window: changes.window,
         }
     }
@@ -192,6 +203,7 @@ impl SaleService {
                     per_user_limit: input
                         .per_user_limit
                         .map_or(self.settings.default_per_user_limit, PerUserLimit::get),
+                    buckets: input.buckets.unwrap_or(StockBuckets::ONE),
                     window,
                 },
                 self.now(),
@@ -204,8 +216,9 @@ impl SaleService {
         Ok(product)
     }
 
-    /// Changes a product's description, prices, limit or window for `by`. A live product's
-    /// stock and buyers are left alone; the gate just learns the new window and limit.
+    /// Changes a product's description, prices, limit, window or, until it is loaded into the
+    /// gate, its buckets for `by`. A live product's stock and buyers are left alone; the gate
+    /// just learns the new window and limit.
     pub async fn update_product(
         &self,
         by: &Operator,
@@ -255,6 +268,10 @@ impl SaleService {
         changes: ProductChanges,
     ) -> Result<Product, AdminError> {
         let current = self.known_product(id).await?;
+        let buckets = changes.buckets;
+        if buckets.is_some_and(|b| b != current.buckets) && current.gate_loaded_at.is_some() {
+            return Err(AdminError::ProductLoaded);
+        }
         check_prices(
             changes.original_price.unwrap_or(current.original_price),
             changes.sale_price.unwrap_or(current.sale_price),
@@ -267,6 +284,10 @@ impl SaleService {
             .update_product(id, &changes.into(), self.now())
             .await?
             .ok_or(AdminError::UnknownProduct)?;
+        // Loaded since `current` was read: the store refused the whole patch.
+        if buckets.is_some_and(|b| b != product.buckets) && product.gate_loaded_at.is_some() {
+            return Err(AdminError::ProductLoaded);
+        }
         self.reconfigure(&product).await?;
         unless_rebuild_waits(self.preheat_due().await)?;
         Ok(product)

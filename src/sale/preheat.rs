@@ -6,7 +6,7 @@
 
 use super::{SaleParts, SaleService, SaleSettings, unless_not_loaded, unless_rebuild_waits};
 use crate::domain::{
-    IdempotencyKey, Millis, Order, OrderId, Product, ProductId, SaleWindow, StockBuckets, UserId,
+    IdempotencyKey, Millis, Order, OrderId, Product, ProductId, SaleWindow, UserId,
 };
 use crate::gate::GateProduct;
 use std::collections::{HashMap, HashSet};
@@ -152,7 +152,7 @@ impl SaleService {
                 paused: product.is_paused(),
                 remaining,
                 per_user_limit: product.per_user_limit,
-                buckets: StockBuckets::ONE,
+                buckets: product.buckets,
                 holdings: holdings.into_iter().collect(),
                 released,
                 kept,

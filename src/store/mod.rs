@@ -18,7 +18,7 @@ mod url;
 
 use crate::domain::{
     Guard, IdempotencyKey, Image, ImageId, Millis, Money, Order, OrderId, OrderStatus, Product,
-    ProductId, SaleEvent, SaleWindow, UserId, Username,
+    ProductId, SaleEvent, SaleWindow, StockBuckets, UserId, Username,
 };
 use async_trait::async_trait;
 use sql::Dialect;
@@ -108,6 +108,7 @@ pub struct NewProduct {
     pub sale_price: Money,
     pub stock: i64,
     pub per_user_limit: u32,
+    pub buckets: StockBuckets,
     pub window: SaleWindow,
 }
 
@@ -120,6 +121,9 @@ pub struct ProductPatch {
     pub original_price: Option<Money>,
     pub sale_price: Option<Money>,
     pub per_user_limit: Option<u32>,
+    /// Applied only while the product is not in the gate (`gate_loaded_at` unset), or when it
+    /// is the count the product has: otherwise nothing of the patch is.
+    pub buckets: Option<StockBuckets>,
     pub window: Option<SaleWindow>,
 }
 
@@ -287,7 +291,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Creates a product.
     async fn create_product(&self, product: &NewProduct, now: Millis) -> StoreResult<Product>;
-    /// Applies a patch; `None` when there is no such product.
+    /// Applies a patch, unless it would change the buckets of a product in the gate (see
+    /// [`ProductPatch::buckets`]); the product as it is now, `None` when there is no such
+    /// product.
     async fn update_product(
         &self,
         id: ProductId,

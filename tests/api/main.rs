@@ -32,6 +32,7 @@ mod payment_faults;
 mod payments;
 mod pipeline;
 mod processes;
+mod product_buckets;
 mod rabbitmq_restart;
 mod rate_limits;
 mod readiness;

@@ -7,7 +7,7 @@
 use super::{AdminSession, ConsoleForm, mistake, page, see_other};
 use crate::domain::{
     AddedStock, EventTitle, Guard, ImageUrl, Millis, Money, Operator, PerUserLimit, Product,
-    ProductId, ProductName, Refusal, SaleWindow, Stock,
+    ProductId, ProductName, Refusal, SaleWindow, Stock, StockBuckets,
 };
 use crate::error::{ApiError, AppPath};
 use crate::http::AppState;
@@ -44,6 +44,10 @@ struct ProductRow {
     stock_total: i64,
     remaining: i64,
     per_user_limit: u32,
+    /// How many buckets a shared gate splits its stock into.
+    buckets: u8,
+    /// Whether it was loaded into the gate: its buckets are fixed.
+    loaded: bool,
     /// `upcoming`, `live` or `ended`.
     status: &'static str,
     /// When buying was paused (UTC, the form's spelling), if it is.
@@ -67,6 +71,8 @@ impl ProductRow {
             stock_total: product.stock_total,
             remaining: state.sale.remaining(product).await,
             per_user_limit: product.per_user_limit,
+            buckets: product.buckets.get(),
+            loaded: product.gate_loaded_at.is_some(),
             status: product.window.status(state.sale.now()).as_str(),
             paused_since: product.paused_at.map(form_time),
             starts_at: form_time(product.window.start),
@@ -270,6 +276,9 @@ pub(crate) async fn create_product(
             per_user_limit: optional_number(form.field("per_user_limit"), "per-user limit")?
                 .map(PerUserLimit::parse)
                 .transpose()?,
+            buckets: optional_number(form.field("buckets"), "buckets")?
+                .map(StockBuckets::parse)
+                .transpose()?,
             window: optional_window(&form)?,
         };
         Ok(state.sale.create_product(&Operator::Console, input).await?)
@@ -360,6 +369,10 @@ pub(crate) async fn update_product(
                 form.field("per_user_limit"),
                 "per-user limit",
             )?)?),
+            // Left out (an older form, or a loaded product's), the count stays.
+            buckets: optional_number(form.field("buckets"), "buckets")?
+                .map(StockBuckets::parse)
+                .transpose()?,
             window: optional_window(&form)?,
         };
         Ok(state

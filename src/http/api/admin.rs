@@ -7,7 +7,7 @@
 use super::{ErrorBody, EventView, ProductView, Rfc3339};
 use crate::domain::{
     AddedStock, EventTitle, Guard, ImageUrl, Millis, Money, Operator, PerUserLimit, Product,
-    ProductId, ProductName, Refusal, SaleWindow, Stock,
+    ProductId, ProductName, Refusal, SaleWindow, Stock, StockBuckets,
 };
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
@@ -28,6 +28,28 @@ pub(in crate::http) fn token_operator(state: &AppState) -> Operator {
 /// A sale window from the API's times.
 fn window(starts_at: DateTime<Utc>, ends_at: DateTime<Utc>) -> Result<SaleWindow, Refusal> {
     SaleWindow::parse(starts_at.timestamp_millis(), ends_at.timestamp_millis())
+}
+
+/// A product as the operator sees it: as shoppers see it, and the settings only the operator
+/// uses.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct AdminProductView {
+    #[serde(flatten)]
+    product: ProductView,
+    /// How many buckets its stock is split into in a shared gate, each on its own Redis
+    /// shard: 1 to 64. Fixed once the product is preheated.
+    #[schema(minimum = 1, maximum = 64)]
+    buckets: u8,
+}
+
+impl AdminProductView {
+    /// The view of `p` with `remaining` units left at `now`.
+    fn new(p: &Product, remaining: i64, now: Millis) -> Self {
+        Self {
+            product: ProductView::new(p, remaining, now),
+            buckets: p.buckets.get(),
+        }
+    }
 }
 
 /// A guard from the API's spelling.
@@ -60,17 +82,17 @@ pub(crate) async fn list_events(
     tag = "admin",
     summary = "List every product, from the database, with live stock",
     security(("admin_bearer" = [])),
-    responses((status = 200, description = "Every product, by sale start then id", body = [ProductView]))
+    responses((status = 200, description = "Every product, by sale start then id", body = [AdminProductView]))
 )]
 pub(crate) async fn list_products(
     _: AdminAuth,
     State(state): State<AppState>,
-) -> Result<AppJson<Vec<ProductView>>, ApiError> {
+) -> Result<AppJson<Vec<AdminProductView>>, ApiError> {
     let now = state.sale.now();
     let mut views = Vec::new();
     for product in state.store.products().await? {
         let remaining = state.sale.remaining(&product).await;
-        views.push(ProductView::new(&product, remaining, now));
+        views.push(AdminProductView::new(&product, remaining, now));
     }
     Ok(AppJson(views))
 }
@@ -213,6 +235,11 @@ pub(crate) struct NewProduct {
     sale_price_cents: i64,
     stock: i64,
     per_user_limit: Option<i64>,
+    /// How many buckets its stock is split into in a shared gate, each on its own Redis shard,
+    /// to spread a hot product's buys over a Redis Cluster's masters; an in-process gate
+    /// ignores it. 1 (the default) keeps the whole stock in one place.
+    #[schema(minimum = 1, maximum = 64, default = 1)]
+    buckets: Option<i64>,
     starts_at: Option<DateTime<Utc>>,
     ends_at: Option<DateTime<Utc>>,
 }
@@ -225,15 +252,15 @@ pub(crate) struct NewProduct {
     request_body = NewProduct,
     security(("admin_bearer" = [])),
     responses(
-        (status = 201, description = "The product", body = ProductView),
-        (status = 422, description = "`invalid_stock`: the stock is out of range; `unknown_event`: `event_id` names no sale event; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
+        (status = 201, description = "The product", body = AdminProductView),
+        (status = 422, description = "`invalid_stock`: the stock is out of range; `unknown_event`: `event_id` names no sale event; `invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100; `invalid_buckets`: the buckets are not 1 to 64", body = ErrorBody),
     )
 )]
 pub(crate) async fn create_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppJson(body): AppJson<NewProduct>,
-) -> Result<(StatusCode, AppJson<ProductView>), ApiError> {
+) -> Result<(StatusCode, AppJson<AdminProductView>), ApiError> {
     let stock = Stock::parse(body.stock)?;
     let window = match (body.starts_at, body.ends_at) {
         (Some(start), Some(end)) => Some(window(start, end)?),
@@ -253,13 +280,14 @@ pub(crate) async fn create_product(
         sale_price: Money::price(body.sale_price_cents)?,
         stock,
         per_user_limit: body.per_user_limit.map(PerUserLimit::parse).transpose()?,
+        buckets: body.buckets.map(StockBuckets::parse).transpose()?,
         window,
     };
     let product = state
         .sale
         .create_product(&token_operator(&state), input)
         .await?;
-    let view = ProductView::new(&product, product.stock, state.sale.now());
+    let view = AdminProductView::new(&product, product.stock, state.sale.now());
     Ok((StatusCode::CREATED, AppJson(view)))
 }
 
@@ -272,6 +300,11 @@ pub(crate) struct ProductUpdate {
     original_price_cents: Option<i64>,
     sale_price_cents: Option<i64>,
     per_user_limit: Option<i64>,
+    /// How many buckets its stock is split into in a shared gate (see `NewProduct`): only
+    /// until the product is preheated (`409 product_loaded` after, unless it is the count the
+    /// product has).
+    #[schema(minimum = 1, maximum = 64)]
+    buckets: Option<i64>,
     starts_at: Option<DateTime<Utc>>,
     ends_at: Option<DateTime<Utc>>,
 }
@@ -285,9 +318,10 @@ pub(crate) struct ProductUpdate {
     request_body = ProductUpdate,
     security(("admin_bearer" = [])),
     responses(
-        (status = 200, description = "The product, changed", body = ProductView),
+        (status = 200, description = "The product, changed", body = AdminProductView),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
-        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100", body = ErrorBody),
+        (status = 409, description = "`product_loaded`: the product is preheated already, and its stock buckets can be changed only before (nothing was changed)", body = ErrorBody),
+        (status = 422, description = "`invalid_window`: the sale window is wrong; `invalid_text`: a text is empty or too long; `invalid_image_url`: the image URL is not a path or an http(s) URL; `invalid_price`: a price is out of range or the sale price exceeds the original; `invalid_limit`: the per-user limit is not 1 to 100; `invalid_buckets`: the buckets are not 1 to 64", body = ErrorBody),
     )
 )]
 pub(crate) async fn update_product(
@@ -295,7 +329,7 @@ pub(crate) async fn update_product(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     AppJson(body): AppJson<ProductUpdate>,
-) -> Result<AppJson<ProductView>, ApiError> {
+) -> Result<AppJson<AdminProductView>, ApiError> {
     let id = ProductId(id);
     let current = state
         .sale
@@ -315,6 +349,7 @@ pub(crate) async fn update_product(
         original_price: body.original_price_cents.map(Money::price).transpose()?,
         sale_price: body.sale_price_cents.map(Money::price).transpose()?,
         per_user_limit: body.per_user_limit.map(PerUserLimit::parse).transpose()?,
+        buckets: body.buckets.map(StockBuckets::parse).transpose()?,
         window,
     };
     let product = state
@@ -322,7 +357,7 @@ pub(crate) async fn update_product(
         .update_product(&token_operator(&state), id, changes)
         .await?;
     let remaining = state.sale.remaining(&product).await;
-    Ok(AppJson(ProductView::new(
+    Ok(AppJson(AdminProductView::new(
         &product,
         remaining,
         state.sale.now(),
@@ -349,7 +384,7 @@ pub(crate) struct StockIncrease {
     request_body = StockIncrease,
     security(("admin_bearer" = [])),
     responses(
-        (status = 200, description = "The product, with its new stock", body = ProductView),
+        (status = 200, description = "The product, with its new stock", body = AdminProductView),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
     )
@@ -359,14 +394,14 @@ pub(crate) async fn add_stock(
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
     AppJson(body): AppJson<StockIncrease>,
-) -> Result<AppJson<ProductView>, ApiError> {
+) -> Result<AppJson<AdminProductView>, ApiError> {
     let units = AddedStock::parse(body.quantity)?;
     let product = state
         .sale
         .add_stock(&token_operator(&state), ProductId(id), units)
         .await?;
     let remaining = state.sale.remaining(&product).await;
-    Ok(AppJson(ProductView::new(
+    Ok(AppJson(AdminProductView::new(
         &product,
         remaining,
         state.sale.now(),
@@ -377,10 +412,10 @@ pub(crate) async fn add_stock(
 async fn controlled_product(
     state: &AppState,
     controlled: Controlled<Product>,
-) -> AppJson<ProductView> {
+) -> AppJson<AdminProductView> {
     let product = &controlled.value;
     let remaining = state.sale.remaining(product).await;
-    AppJson(ProductView::new(product, remaining, state.sale.now()))
+    AppJson(AdminProductView::new(product, remaining, state.sale.now()))
 }
 
 #[utoipa::path(
@@ -391,7 +426,7 @@ async fn controlled_product(
     params(("id" = i64, Path, description = "The product's id")),
     security(("admin_bearer" = [])),
     responses(
-        (status = 200, description = "The product, paused (a paused product answers the same and changes nothing)", body = ProductView),
+        (status = 200, description = "The product, paused (a paused product answers the same and changes nothing)", body = AdminProductView),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
@@ -399,7 +434,7 @@ pub(crate) async fn pause_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
-) -> Result<AppJson<ProductView>, ApiError> {
+) -> Result<AppJson<AdminProductView>, ApiError> {
     let by = token_operator(&state);
     let controlled = state.sale.set_paused(&by, ProductId(id), true).await?;
     Ok(controlled_product(&state, controlled).await)
@@ -413,7 +448,7 @@ pub(crate) async fn pause_product(
     params(("id" = i64, Path, description = "The product's id")),
     security(("admin_bearer" = [])),
     responses(
-        (status = 200, description = "The product, not paused (one that was not paused answers the same and changes nothing)", body = ProductView),
+        (status = 200, description = "The product, not paused (one that was not paused answers the same and changes nothing)", body = AdminProductView),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
@@ -421,7 +456,7 @@ pub(crate) async fn resume_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
-) -> Result<AppJson<ProductView>, ApiError> {
+) -> Result<AppJson<AdminProductView>, ApiError> {
     let by = token_operator(&state);
     let controlled = state.sale.set_paused(&by, ProductId(id), false).await?;
     Ok(controlled_product(&state, controlled).await)
@@ -436,7 +471,7 @@ pub(crate) async fn resume_product(
     params(("id" = i64, Path, description = "The product's id")),
     security(("admin_bearer" = [])),
     responses(
-        (status = 200, description = "The product, ended (one that has ended answers the same and changes nothing)", body = ProductView),
+        (status = 200, description = "The product, ended (one that has ended answers the same and changes nothing)", body = AdminProductView),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
     )
 )]
@@ -444,7 +479,7 @@ pub(crate) async fn end_product(
     _: AdminAuth,
     State(state): State<AppState>,
     AppPath(id): AppPath<i64>,
-) -> Result<AppJson<ProductView>, ApiError> {
+) -> Result<AppJson<AdminProductView>, ApiError> {
     let by = token_operator(&state);
     let controlled = state.sale.end_product(&by, ProductId(id)).await?;
     Ok(controlled_product(&state, controlled).await)

@@ -269,16 +269,22 @@ impl Statements {
             set_event_guard: sql("UPDATE sale_events SET guard = ? WHERE id = ?"),
             insert_product: sql(&d.insert_with_id(
                 "INSERT INTO products (event_id, name, image_url, original_price_cents, \
-                 sale_price_cents, stock_total, stock, per_user_limit, sale_starts_at, \
-                 sale_ends_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 sale_price_cents, stock_total, stock, per_user_limit, buckets, sale_starts_at, \
+                 sale_ends_at, created_at, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )),
+            // The buckets change only while the product is not in the gate, whose buckets
+            // hold its stock and buyers: in one statement with the mark of the first load, so
+            // a preheat that marked the product in between makes the whole patch change nothing.
             update_product: sql("UPDATE products SET name = COALESCE(?, name), \
                  image_url = COALESCE(?, image_url), \
                  original_price_cents = COALESCE(?, original_price_cents), \
                  sale_price_cents = COALESCE(?, sale_price_cents), \
                  per_user_limit = COALESCE(?, per_user_limit), \
+                 buckets = COALESCE(?, buckets), \
                  sale_starts_at = COALESCE(?, sale_starts_at), \
-                 sale_ends_at = COALESCE(?, sale_ends_at), updated_at = ? WHERE id = ?"),
+                 sale_ends_at = COALESCE(?, sale_ends_at), updated_at = ? \
+                 WHERE id = ? AND (gate_loaded_at IS NULL OR buckets = COALESCE(?, buckets))"),
             add_stock: sql(
                 "UPDATE products SET stock_total = stock_total + ?, stock = stock + ?, \
                  updated_at = ? WHERE id = ?",
@@ -648,6 +654,7 @@ impl Tables {
             .bind(p.stock)
             .bind(p.stock)
             .bind(i64::from(p.per_user_limit))
+            .bind(i64::from(p.buckets.get()))
             .bind(p.window.start)
             .bind(p.window.end)
             .bind(now)
@@ -655,23 +662,26 @@ impl Tables {
         Ok(ProductId(self.must_insert_id(insert).await?))
     }
 
-    /// Applies a patch to a product, if there is one.
+    /// Applies a patch to a product, if there is one and the patch may change its buckets.
     pub async fn update_product(
         &self,
         id: ProductId,
         patch: &ProductPatch,
         now: Millis,
     ) -> StoreResult<()> {
+        let buckets = patch.buckets.map(|b| i64::from(b.get()));
         query(&self.sql.update_product)
             .bind(patch.name.clone())
             .bind(patch.image_url.clone())
             .bind(patch.original_price.map(Money::cents))
             .bind(patch.sale_price.map(Money::cents))
             .bind(patch.per_user_limit.map(i64::from))
+            .bind(buckets)
             .bind(patch.window.map(|w| w.start))
             .bind(patch.window.map(|w| w.end))
             .bind(now)
             .bind(id.0)
+            .bind(buckets)
             .execute(&self.writer)
             .await?;
         Ok(())

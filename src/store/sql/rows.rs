@@ -3,7 +3,7 @@
 
 use crate::domain::{
     Guard, IdempotencyKey, Money, Order, OrderId, OrderStatus, Product, ProductId, Quantity,
-    SaleEvent, SaleWindow, UserId,
+    SaleEvent, SaleWindow, StockBuckets, UserId,
 };
 use crate::store::{KeptPayment, UserAccount, UserRecord};
 use sqlx::any::AnyRow;
@@ -13,8 +13,8 @@ use sqlx::{Column, Row};
 macro_rules! product_columns {
     () => {
         "id, event_id, name, image_url, original_price_cents, sale_price_cents, stock_total, \
-         stock, per_user_limit, sale_starts_at, sale_ends_at, paused_at, gate_loaded_at, created_at, \
-         updated_at, \
+         stock, per_user_limit, buckets, sale_starts_at, sale_ends_at, paused_at, \
+         gate_loaded_at, created_at, updated_at, \
          COALESCE((SELECT sale_events.guard FROM sale_events \
          WHERE sale_events.id = products.event_id), 'none') AS guard"
     };
@@ -161,6 +161,7 @@ pub fn product<R: Columns>(row: &R) -> Result<Product, R::Error> {
         stock_total: c.int("stock_total")?,
         stock: c.int("stock")?,
         per_user_limit: c.quantity("per_user_limit")?.get(),
+        buckets: c.checked("buckets", StockBuckets::parse)?,
         window: c.window("sale_starts_at", "sale_ends_at")?,
         paused_at: c.maybe_int("paused_at")?,
         gate_loaded_at: c.maybe_int("gate_loaded_at")?,
