@@ -400,3 +400,38 @@ async fn the_store_changes_nothing_of_a_patch_that_would_rebucket_a_loaded_produ
     let same = same.unwrap().unwrap();
     assert_eq!((same.buckets.get(), same.name.as_str()), (3, "Third"));
 }
+
+#[tokio::test]
+async fn a_product_written_without_buckets_has_one_and_the_database_refuses_others() {
+    // As a server of the version before buckets writes it during a rolling upgrade.
+    let app = TestApp::spawn().await;
+    let pool = app.pool().await;
+    let insert = |buckets: &str| {
+        format!(
+            "INSERT INTO products (name, image_url, original_price_cents, sale_price_cents, \
+             stock_total, stock, per_user_limit, sale_starts_at, sale_ends_at, created_at, \
+             updated_at{}) VALUES ('Old', '/static/img/gift.svg', 100, 50, 5, 5, 1, \
+             4000000000000, 4000000360000, 1, 1{})",
+            if buckets.is_empty() { "" } else { ", buckets" },
+            if buckets.is_empty() {
+                String::new()
+            } else {
+                format!(", {buckets}")
+            },
+        )
+    };
+    sqlx::query(app.db.sql(&insert("")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    for refused in ["0", "65"] {
+        let written = sqlx::query(app.db.sql(&insert(refused)))
+            .execute(&pool)
+            .await;
+        assert!(written.is_err(), "{refused} buckets stored");
+    }
+    pool.close().await;
+    let products = app.state.store.products().await.unwrap();
+    let buckets: Vec<u8> = products.iter().map(|p| p.buckets.get()).collect();
+    assert_eq!(buckets, [1]);
+}
