@@ -336,6 +336,13 @@ impl From<crate::sale::BuyError> for ApiError {
                  shortly",
             )
             .retry_after(1),
+            BuyError::Rejected(Rejection::Refilling) => Self::client(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "refilling",
+                "the units left are being moved to where this buy is decided; nothing was bought, \
+                 try again shortly",
+            )
+            .retry_after(1),
             BuyError::Unconfirmed => Self::client(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unconfirmed",

@@ -93,6 +93,10 @@ pub enum Rejection {
     /// behind. Nothing was taken; the buyer may try again shortly.
     #[error("too many orders are waiting to be stored")]
     BacklogFull,
+    /// The buyer's bucket of the product's stock ran dry and units are on their way to it from
+    /// the others (or were taken by other buyers as they came): not sold out, try again shortly.
+    #[error("the stock is being moved to where the buyers are")]
+    Refilling,
 }
 
 /// The gate's answer to a buy or a failure to reach the gate at all.

@@ -311,11 +311,13 @@ enum Outcome {
     BacklogFull,
     /// Taken, but not acknowledged by the Redis replicas in time.
     Unconfirmed,
+    /// The buyer's bucket ran dry while units moved to it.
+    Refilling,
 }
 
 impl Outcome {
     /// Every outcome, in the order of the tally's slots.
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 13] = [
         Self::Accepted,
         Self::UnknownProduct,
         Self::SoldOut,
@@ -328,6 +330,7 @@ impl Outcome {
         Self::KeyReused,
         Self::BacklogFull,
         Self::Unconfirmed,
+        Self::Refilling,
     ];
 
     fn of(bought: &Result<Bought, BuyError>) -> Self {
@@ -344,6 +347,7 @@ impl Outcome {
             Err(BuyError::Rejected(Rejection::Paused)) => Self::Paused,
             Err(BuyError::Rejected(Rejection::KeyReused)) => Self::KeyReused,
             Err(BuyError::Rejected(Rejection::BacklogFull)) => Self::BacklogFull,
+            Err(BuyError::Rejected(Rejection::Refilling)) => Self::Refilling,
             Err(BuyError::Unavailable(_)) => Self::Unavailable,
             Err(BuyError::Unconfirmed) => Self::Unconfirmed,
         }
@@ -364,6 +368,7 @@ impl Outcome {
             Self::KeyReused => "key_reused",
             Self::BacklogFull => "backlog_full",
             Self::Unconfirmed => "unconfirmed",
+            Self::Refilling => "refilling",
         }
     }
 
@@ -395,6 +400,7 @@ impl Outcome {
             Self::Unconfirmed => {
                 metrics::counter!("seckill_buys_total", "outcome" => "unconfirmed")
             }
+            Self::Refilling => metrics::counter!("seckill_buys_total", "outcome" => "refilling"),
         };
         counter.increment(1);
     }

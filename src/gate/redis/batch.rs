@@ -1,11 +1,12 @@
-//! Buys travel to Redis in batches. Every buy of a product that arrives while that product's
-//! previous script call is on its way joins the next call, so Redis runs one call (one parse,
+//! Buys travel to Redis in batches. Every buy of a product's bucket (see
+//! [`layout`](super::layout)) that arrives while that bucket's previous script call is on its
+//! way joins the next call, so Redis runs one call (one parse,
 //! one sale lookup, one reply) for many buys, and this process writes and reads one command
 //! instead of many. Nobody waits for a timer: a lone buy leaves at once, and under a crowd a
 //! batch grows to what arrived during one round trip. The script decides each buy as if it ran
 //! alone, in arrival order, so batching changes no answer.
 //!
-//! A product's queue is bounded: buys that find it full (Redis stalled, or buys of one product
+//! A bucket's queue is bounded: buys that find it full (Redis stalled, or buys of one product
 //! arriving faster than Redis decides them) are refused at once as [`Rejection::BacklogFull`]
 //! rather than waiting without end. Buys with an idempotency key go on after their buyer
 //! leaves, so the number of open connections alone would not bound it.
@@ -14,7 +15,7 @@ use super::idempotency;
 use super::keys::Keys;
 use super::lua::{RESERVE, unavailable};
 use super::replicas::Replicas;
-use crate::domain::{Millis, Order, ProductId};
+use crate::domain::{Millis, Order};
 use crate::gate::{GateError, Rejection, Reserved};
 use crate::redis_link::RedisLink;
 use redis::Value;
@@ -66,12 +67,12 @@ impl Pending {
     }
 }
 
-/// One queue per product in front of the reserve script, each emptied by a task of its own, so
-/// a slow call (a shard failing over) holds up the buys of its own product only.
+/// One queue per bucket in front of the reserve script, each emptied by a task of its own, so
+/// a slow call (a shard failing over) holds up the buys of its own bucket only.
 pub(super) struct ReserveBatches {
     redis: RedisLink,
-    prefix: String,
-    queues: Mutex<HashMap<ProductId, mpsc::Sender<Pending>>>,
+    /// The queues by their bucket's sale key.
+    queues: Mutex<HashMap<String, mpsc::Sender<Pending>>>,
     /// Most entries a product's outbox may hold; the script refuses buys past it.
     outbox_max: u64,
     /// The replicas each call's buys wait for before they are answered as taken.
@@ -79,48 +80,52 @@ pub(super) struct ReserveBatches {
 }
 
 impl ReserveBatches {
-    /// Batches over `redis`, for keys under `prefix`, refusing buys of a product whose outbox
-    /// holds `outbox_max` entries, each call's buys answered as taken only once `replicas`
-    /// acknowledged them. A product's task starts with its first buy and ends when this is
-    /// dropped.
-    pub fn new(redis: RedisLink, prefix: &str, outbox_max: u64, replicas: Replicas) -> Self {
+    /// Batches over `redis`, refusing buys of a bucket whose outbox holds `outbox_max`
+    /// entries, each call's buys answered as taken only once `replicas` acknowledged them. A
+    /// bucket's task starts with its first buy and ends when this is dropped.
+    pub fn new(redis: RedisLink, outbox_max: u64, replicas: Replicas) -> Self {
         Self {
             redis,
-            prefix: prefix.to_owned(),
             queues: Mutex::new(HashMap::new()),
             outbox_max,
             replicas,
         }
     }
 
-    /// Runs the reserve script for `order` within a batch; returns the units left, as
-    /// [`StockGate::reserve`](crate::gate::StockGate::reserve) does. Must be called within a
-    /// Tokio runtime.
-    pub async fn reserve(&self, order: &Order, now: Millis) -> Result<Reserved, GateError> {
+    /// Runs the reserve script for `order` within a batch of the bucket with `keys`; returns
+    /// the units left there, as [`StockGate::reserve`](crate::gate::StockGate::reserve) does.
+    /// Must be called within a Tokio runtime.
+    pub async fn reserve(
+        &self,
+        keys: &Keys,
+        order: &Order,
+        now: Millis,
+    ) -> Result<Reserved, GateError> {
         let (pending, answered) = Pending::of(order, now);
         let stopped = || GateError::Unavailable(anyhow::anyhow!("the stock gate is shutting down"));
-        self.queue_of(order.product_id)
-            .try_send(pending)
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => Rejection::BacklogFull.into(),
-                mpsc::error::TrySendError::Closed(_) => stopped(),
-            })?;
+        self.queue_of(keys).try_send(pending).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => Rejection::BacklogFull.into(),
+            mpsc::error::TrySendError::Closed(_) => stopped(),
+        })?;
         answered.await.map_err(|_| stopped())?
     }
 
-    /// The queue of `product`, started on first use.
-    fn queue_of(&self, product: ProductId) -> mpsc::Sender<Pending> {
+    /// The queue of the bucket with `keys`, started on first use.
+    fn queue_of(&self, keys: &Keys) -> mpsc::Sender<Pending> {
         let mut queues = self
             .queues
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(queue) = queues.get(&keys.sale) {
+            return queue.clone();
+        }
         queues
-            .entry(product)
+            .entry(keys.sale.clone())
             .or_insert_with(|| {
                 let (queue, buys) = mpsc::channel(MAX_WAITING);
                 let call = Call {
                     redis: self.redis.clone(),
-                    keys: Keys::of(&self.prefix, product),
+                    keys: keys.clone(),
                     outbox_max: self.outbox_max,
                     replicas: self.replicas,
                 };
@@ -283,7 +288,8 @@ fn decode(code: &Value, second: &Value) -> Result<Reserved, GateError> {
 mod tests {
     use super::*;
     use crate::domain::{
-        IdempotencyKey, Money, OrderId, OrderStatus, Quantity, SaleWindow, StockBuckets, UserId,
+        IdempotencyKey, Money, OrderId, OrderStatus, ProductId, Quantity, SaleWindow, StockBuckets,
+        UserId,
     };
     use crate::gate::redis::RedisGate;
     use crate::gate::{GateProduct, StockGate};
@@ -388,7 +394,7 @@ mod tests {
         let prefix = format!("seckill-unit:{}:{tag}", std::process::id());
         let gate = RedisGate::new(redis.clone(), &prefix, 1_000, Replicas::NONE);
         gate.load(product.clone()).await.unwrap();
-        (redis, gate, Keys::of(&prefix, ProductId(1)))
+        (redis, gate, Keys::of(&prefix, "p:1"))
     }
 
     /// Removes what a test left under its prefix: the outbox, the replay keys of `calls`, the
@@ -667,23 +673,28 @@ mod tests {
     #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn buys_finding_their_products_queue_full_are_refused_at_once() {
         let redis = crate::redis_link::test_link().await;
-        let batches = ReserveBatches::new(redis, "seckill-unit:waiting:", 1_000, Replicas::NONE);
-        // The product's queue, as its task would hold it, with nobody emptying it: Redis stalled.
+        let batches = ReserveBatches::new(redis, 1_000, Replicas::NONE);
+        let keys = Keys::of("seckill-unit:waiting:", "p:1");
+        // The bucket's queue, as its task would hold it, with nobody emptying it: Redis stalled.
         let (queue, mut waiting) = mpsc::channel(MAX_WAITING);
-        batches.queues.lock().unwrap().insert(ProductId(1), queue);
+        batches
+            .queues
+            .lock()
+            .unwrap()
+            .insert(keys.sale.clone(), queue);
         let batches = std::sync::Arc::new(batches);
         let mut buyers = Vec::new();
         for i in 0..MAX_WAITING as i64 {
-            let batches = batches.clone();
+            let (batches, keys) = (batches.clone(), keys.clone());
             buyers.push(tokio::spawn(async move {
-                batches.reserve(&order(i + 1, i + 1), NOW).await
+                batches.reserve(&keys, &order(i + 1, i + 1), NOW).await
             }));
         }
         while waiting.len() < MAX_WAITING {
             tokio::task::yield_now().await;
         }
 
-        let late = batches.reserve(&order(0, 0), NOW).await;
+        let late = batches.reserve(&keys, &order(0, 0), NOW).await;
         assert!(
             matches!(late, Err(GateError::Rejected(Rejection::BacklogFull))),
             "{late:?}"

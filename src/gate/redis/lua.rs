@@ -13,6 +13,10 @@ pub(super) static LOAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/load.lua")));
 pub(super) static UPDATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/update.lua")));
+pub(super) static TAKE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/take.lua")));
+pub(super) static GIVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/give.lua")));
 pub(super) static CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/claim.lua")));
 

@@ -1,4 +1,5 @@
-//! The outbox: each product's Redis stream of accepted orders, appended by the buy script in
+//! The outbox: each product's Redis streams of accepted orders (one a bucket, see
+//! [`layout`](super::layout)), appended by the buy script in
 //! the same atomic step that takes the stock, so no accepted order can fall between the gate
 //! and the queue. Workers read it through a consumer group: an entry goes to one reader and
 //! stays pending until that reader has handed it on (stored it, or had RabbitMQ confirm it);
@@ -12,6 +13,7 @@
 //! holds an order that a replica promoted after a failover lacks, and would sell again.
 
 use super::keys::Keys;
+use super::layout::{Layout, Layouts};
 use super::lua::{ACK, BURY};
 use super::replicas::Replicas;
 use crate::domain::order::MalformedOrder;
@@ -20,6 +22,7 @@ use crate::redis_link::RedisLink;
 use anyhow::Context;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use redis::{Cmd, FromRedisValue, RedisResult, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The consumer group every outbox reader belongs to.
@@ -30,7 +33,7 @@ const ACK_CHUNK: usize = 1_000;
 
 /// One accepted order read from the outbox.
 pub struct OutboxEntry {
-    /// The stream entry id, to acknowledge it.
+    /// The stream entry id, to acknowledge it; `BUCKET@ID` for a bucket but the first.
     pub id: String,
     /// The message as the buy script stored it, kept to bury it unchanged if it is unreadable.
     pub raw: Vec<u8>,
@@ -48,6 +51,8 @@ pub struct Outbox {
     claim_after: Duration,
     /// The replicas that must have the entries read before they are handed on.
     replicas: Replicas,
+    /// The products' buckets, each with an outbox.
+    layouts: Arc<Layouts>,
 }
 
 impl Outbox {
@@ -66,7 +71,43 @@ impl Outbox {
             consumer,
             claim_after,
             replicas,
+            layouts: Arc::default(),
         }
+    }
+
+    /// Product `id`'s buckets.
+    async fn layout(&self, id: ProductId) -> anyhow::Result<Arc<Layout>> {
+        self.layouts
+            .of(&mut self.redis.clone(), &self.prefix, id)
+            .await
+            .context("reading a product's buckets")
+    }
+
+    /// Up to `max` entries of `product`'s buckets, each read by `read` (from a bucket's keys and
+    /// the entries still wanted), their ids naming their bucket.
+    async fn read_buckets<'a, F, Fut>(
+        &'a self,
+        product: ProductId,
+        max: usize,
+        read: F,
+    ) -> anyhow::Result<Vec<OutboxEntry>>
+    where
+        F: Fn(&'a Self, Keys, usize) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<Vec<OutboxEntry>>>,
+    {
+        let layout = self.layout(product).await?;
+        let mut entries = Vec::new();
+        for (bucket, keys) in layout.keys.iter().enumerate() {
+            if entries.len() >= max {
+                break;
+            }
+            let read = read(self, keys.clone(), max - entries.len()).await?;
+            entries.extend(read.into_iter().map(|mut entry| {
+                entry.id = entry_id(bucket, &entry.id);
+                entry
+            }));
+        }
+        Ok(entries)
     }
 
     /// Sends `read`, which takes entries (and so writes: the group's pending list), with a
@@ -87,9 +128,15 @@ impl Outbox {
         product: ProductId,
         max: usize,
     ) -> anyhow::Result<Vec<OutboxEntry>> {
+        self.read_buckets(product, max, Self::claim_stalled_in)
+            .await
+    }
+
+    /// [`claim_stalled`](Self::claim_stalled) in the bucket with `keys`.
+    async fn claim_stalled_in(&self, keys: Keys, max: usize) -> anyhow::Result<Vec<OutboxEntry>> {
         let mut claim = redis::cmd("XAUTOCLAIM");
         claim
-            .arg(Keys::of(&self.prefix, product).outbox)
+            .arg(keys.outbox)
             .arg(GROUP)
             .arg(&self.consumer)
             .arg(self.claim_after.as_millis() as u64)
@@ -110,7 +157,12 @@ impl Outbox {
 
     /// Takes up to `max` new entries of `product`.
     pub async fn take(&self, product: ProductId, max: usize) -> anyhow::Result<Vec<OutboxEntry>> {
-        let key = Keys::of(&self.prefix, product).outbox;
+        self.read_buckets(product, max, Self::take_in).await
+    }
+
+    /// [`take`](Self::take) from the bucket with `keys`.
+    async fn take_in(&self, keys: Keys, max: usize) -> anyhow::Result<Vec<OutboxEntry>> {
+        let key = keys.outbox;
         let mut read = redis::cmd("XREADGROUP");
         read.arg("GROUP")
             .arg(GROUP)
@@ -148,15 +200,17 @@ impl Outbox {
 
     /// Forgets entries whose orders are stored.
     pub async fn finish(&self, product: ProductId, ids: &[&str]) -> anyhow::Result<()> {
-        let key = Keys::of(&self.prefix, product).outbox;
-        for chunk in ids.chunks(ACK_CHUNK) {
-            let _deleted: i64 = ACK
-                .key(&key)
-                .arg(GROUP)
-                .arg(chunk)
-                .invoke_async(&mut self.redis.clone())
-                .await
-                .context("acknowledging outbox entries")?;
+        let layout = self.layout(product).await?;
+        for (keys, ids) in by_bucket(&layout, ids)? {
+            for chunk in ids.chunks(ACK_CHUNK) {
+                let _deleted: i64 = ACK
+                    .key(&keys.outbox)
+                    .arg(GROUP)
+                    .arg(chunk)
+                    .invoke_async(&mut self.redis.clone())
+                    .await
+                    .context("acknowledging outbox entries")?;
+            }
         }
         Ok(())
     }
@@ -168,13 +222,16 @@ impl Outbox {
         if ids.is_empty() {
             return Ok(());
         }
-        let _acked: i64 = redis::cmd("XACK")
-            .arg(Keys::of(&self.prefix, product).outbox)
-            .arg(GROUP)
-            .arg(ids)
-            .query_async(&mut self.redis.clone())
-            .await
-            .context("acknowledging relayed outbox entries")?;
+        let layout = self.layout(product).await?;
+        for (keys, ids) in by_bucket(&layout, ids)? {
+            let _acked: i64 = redis::cmd("XACK")
+                .arg(&keys.outbox)
+                .arg(GROUP)
+                .arg(ids)
+                .query_async(&mut self.redis.clone())
+                .await
+                .context("acknowledging relayed outbox entries")?;
+        }
         Ok(())
     }
 
@@ -188,10 +245,15 @@ impl Outbox {
         raw: &[u8],
         reason: &str,
     ) -> anyhow::Result<()> {
-        let keys = Keys::of(&self.prefix, product);
+        let layout = self.layout(product).await?;
+        let (bucket, entry) = bucket_of(entry);
+        let keys = layout
+            .keys
+            .get(bucket)
+            .with_context(|| format!("outbox entry of bucket {bucket}, not in the product"))?;
         let _deleted: i64 = BURY
-            .key(keys.outbox)
-            .key(keys.dead)
+            .key(&keys.outbox)
+            .key(&keys.dead)
             .arg(GROUP)
             .arg(entry)
             .arg(raw)
@@ -201,6 +263,44 @@ impl Outbox {
             .context("burying an outbox entry")?;
         Ok(())
     }
+}
+
+/// The id of entry `id` of bucket `bucket`, as [`OutboxEntry::id`] names it.
+fn entry_id(bucket: usize, id: &str) -> String {
+    if bucket == 0 {
+        id.to_owned()
+    } else {
+        format!("{bucket}@{id}")
+    }
+}
+
+/// The bucket and stream entry id an [`OutboxEntry::id`] names.
+fn bucket_of(id: &str) -> (usize, &str) {
+    match id.split_once('@') {
+        Some((bucket, id)) => (bucket.parse().unwrap_or(usize::MAX), id),
+        None => (0, id),
+    }
+}
+
+/// `ids` by their bucket's keys.
+fn by_bucket<'a>(
+    layout: &'a Layout,
+    ids: &[&'a str],
+) -> anyhow::Result<Vec<(&'a Keys, Vec<&'a str>)>> {
+    let mut grouped: Vec<Vec<&str>> = vec![Vec::new(); layout.len()];
+    for id in ids {
+        let (bucket, id) = bucket_of(id);
+        grouped
+            .get_mut(bucket)
+            .with_context(|| format!("outbox entry of bucket {bucket}, not in the product"))?
+            .push(id);
+    }
+    Ok(layout
+        .keys
+        .iter()
+        .zip(grouped)
+        .filter(|(_, ids)| !ids.is_empty())
+        .collect())
 }
 
 /// The order an outbox entry holds.

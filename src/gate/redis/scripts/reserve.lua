@@ -1,9 +1,9 @@
 #!lua
--- Buys of one product, in one atomic step, each decided as if it ran alone in the order given.
--- KEYS[1] = the product's sale hash, KEYS[2] = its buyers hash, KEYS[3] = its outbox stream,
--- KEYS[4] = this call's replay key, named afresh for every call, and, only when a buy of the
--- call has an idempotency key, KEYS[5] = the product's hash of orders kept by buyer and key
--- (all under the product's hash tag, so they live on one shard). ARGV = four values per buy:
+-- Buys of one bucket of a product's stock, in one atomic step, each decided as if it ran alone
+-- in the order given. KEYS[1] = the bucket's sale hash, KEYS[2] = its buyers hash, KEYS[3] = its
+-- outbox stream, KEYS[4] = this call's replay key, named afresh for every call, and, only when a
+-- buy of the call has an idempotency key, KEYS[5] = the bucket's hash of orders kept by buyer
+-- and key (all under the bucket's hash tag, so they live on one shard). ARGV = four values per buy:
 -- user id, units, now (Unix ms), the encoded order; five with KEYS[5], the fifth the buy's field
 -- in it (`user:key`, or empty for a buy without a key); then, last, the most entries the outbox
 -- may hold.
