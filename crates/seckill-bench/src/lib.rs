@@ -52,6 +52,10 @@ pub struct Args {
     /// the crowd can buy for `throughput` and `mixed`).
     #[arg(long)]
     stock: Option<i64>,
+    /// Split the product's stock into this many buckets (1 to 64), so a Redis Cluster spreads
+    /// its buys over its masters.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=64))]
+    buckets: u8,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -160,10 +164,14 @@ where
     let (ledger, sale) = if args.scenario.buys() {
         let ledger = open_ledger().await?;
         let limit = args.scenario.per_user_limit();
-        let mut sale = setup::prepare(
-            &ledger, &client, &base, args.users, stock, limit, args.guard,
-        )
-        .await?;
+        let wanted = setup::Wanted {
+            users: args.users,
+            stock,
+            per_user_limit: limit,
+            buckets: args.buckets,
+            guard: args.guard,
+        };
+        let mut sale = setup::prepare(&ledger, &client, &base, &wanted).await?;
         if args.guard != Guard::None {
             let tokens = guard::fetch_tokens(
                 &client,

@@ -45,6 +45,8 @@ pub struct Report {
     /// The product the crowd bought (none for `ceiling`).
     pub product: Option<i64>,
     pub stock: i64,
+    /// The stock buckets the product was split into.
+    pub buckets: u8,
     pub seconds: f64,
     pub requests: u64,
     pub requests_per_sec: f64,
@@ -77,6 +79,7 @@ impl Report {
             concurrency: args.concurrency,
             product: sale.map(|s| s.product),
             stock: sale.map_or(0, |s| s.stock),
+            buckets: args.buckets,
             seconds,
             requests,
             requests_per_sec: requests as f64 / seconds.max(f64::EPSILON),

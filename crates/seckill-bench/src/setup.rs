@@ -26,16 +26,30 @@ pub struct Sale {
 /// buy tokens (a longer fetch delays the crowd, not the sale).
 const GUARDED_START_DELAY_SECS: i64 = 5;
 
+/// The sale a run asks for.
+pub struct Wanted {
+    /// Shoppers in the crowd.
+    pub users: usize,
+    pub stock: i64,
+    pub per_user_limit: u32,
+    /// The stock buckets the product's stock is split into in a shared gate.
+    pub buckets: u8,
+    pub guard: Guard,
+}
+
 /// Creates the crowd and the product.
 pub async fn prepare(
     ledger: &impl Ledger,
     client: &reqwest::Client,
     base: &str,
-    users: usize,
-    stock: i64,
-    per_user_limit: u32,
-    guard: Guard,
+    wanted: &Wanted,
 ) -> anyhow::Result<Sale> {
+    let &Wanted {
+        users,
+        stock,
+        per_user_limit,
+        ..
+    } = wanted;
     // Names this run's shoppers and product apart from earlier runs' on the same database.
     let run = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -46,16 +60,7 @@ pub async fn prepare(
     eprintln!("creating {users} shoppers…");
     let shoppers = ledger.create_shoppers(&names).await?;
     let name = format!("Bench phone {run}");
-    let product = create_product(
-        client,
-        base,
-        ledger.admin_token(),
-        &name,
-        stock,
-        per_user_limit,
-        guard,
-    )
-    .await?;
+    let product = create_product(client, base, ledger.admin_token(), &name, wanted).await?;
     // The checks read this database: one the server does not use would fail them all, after
     // the whole crowd ran, with nothing to say why. (Its own product may have the same id.)
     if ledger
@@ -86,19 +91,21 @@ async fn create_product(
     base: &str,
     admin_token: &str,
     name: &str,
-    stock: i64,
-    per_user_limit: u32,
-    guard: Guard,
+    wanted: &Wanted,
 ) -> anyhow::Result<i64> {
+    let guard = wanted.guard;
     let now = chrono::Utc::now();
     let ends_at = (now + chrono::Duration::hours(1)).to_rfc3339();
     let mut product = json!({
         "name": name,
         "original_price_cents": 10_000,
         "sale_price_cents": 4_999,
-        "stock": stock,
-        "per_user_limit": per_user_limit,
+        "stock": wanted.stock,
+        "per_user_limit": wanted.per_user_limit,
     });
+    if wanted.buckets > 1 {
+        product["buckets"] = json!(wanted.buckets);
+    }
     if guard == Guard::None {
         product["starts_at"] = json!((now - chrono::Duration::seconds(1)).to_rfc3339());
         product["ends_at"] = json!(ends_at);

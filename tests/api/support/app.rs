@@ -152,6 +152,15 @@ impl TestApp {
     /// Creates `n` users in one transaction (one shared password hash: argon2 for thousands
     /// would dominate the test) and returns a session token for each.
     pub async fn users(&self, n: usize) -> Vec<String> {
+        self.users_with_ids(n)
+            .await
+            .into_iter()
+            .map(|(_, token)| token)
+            .collect()
+    }
+
+    /// [`users`](Self::users), each with their id.
+    pub async fn users_with_ids(&self, n: usize) -> Vec<(UserId, String)> {
         let hash = "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
         let now = self.state.sale.now();
         let batch = NEXT_BATCH.fetch_add(1, Ordering::SeqCst);
@@ -185,7 +194,7 @@ impl TestApp {
             .map(|row| {
                 let username = Username::parse(row.get::<String, _>("username").as_str()).unwrap();
                 let id = UserId(row.get::<i64, _>("id"));
-                self.state.auth.tokens.issue(id, &username, now).0
+                (id, self.state.auth.tokens.issue(id, &username, now).0)
             })
             .collect()
     }
