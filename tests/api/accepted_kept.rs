@@ -79,6 +79,7 @@ async fn failover_after_a_cut(test: &str, wait_replicas: &str) -> Run {
         stock: STOCK,
         buyers: SHOPPERS,
         per_user_limit: PER_USER_LIMIT,
+        buckets: 1,
         in_flight: IN_FLIGHT,
         pause: PAUSE,
         keyed: true,

@@ -3,39 +3,14 @@
 //! cluster in the cluster run (where the buckets sit on different masters).
 
 use crate::support::{
-    TestApp, TestDatabase, code, delete_keys, fresh_prefix, once_the_gate_reopens, rfc3339,
-    server_on_with,
+    TestApp, TestDatabase, code, delete_keys, fresh_prefix, once_the_gate_reopens, server_on_with,
 };
 use reqwest::StatusCode;
 use seckill::domain::{StockBuckets, UserId};
 use seckill::gate::redis::home_bucket;
-use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A live product of `stock` units in `buckets` buckets, `limit` a buyer.
-async fn bucketed_product(app: &TestApp, stock: i64, limit: i64, buckets: i64) -> i64 {
-    let now = app.state.sale.now();
-    let (status, body) = app
-        .admin_post(
-            "/api/v1/admin/products",
-            json!({
-                "name": "Hot phone",
-                "original_price_cents": 10_000,
-                "sale_price_cents": 4_999,
-                "stock": stock,
-                "per_user_limit": limit,
-                "buckets": buckets,
-                "starts_at": rfc3339(now - 60_000),
-                "ends_at": rfc3339(now + 3_600_000),
-            }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(body["buckets"], buckets, "{body}");
-    body["id"].as_i64().unwrap()
-}
 
 /// One unit bought as a real client does: a `503` (a bucket being refilled, the outbox full) is
 /// tried again after a moment. The final status and error code, and the order id if any.
@@ -83,7 +58,7 @@ mod needs_redis_server {
         let prefix = fresh_prefix();
         let app = Arc::new(server_on_with(&db, &prefix, true, None, |_| {}).await);
         let (stock, buckets) = (240, StockBuckets::parse(12).unwrap());
-        let product = bucketed_product(&app, stock, 1, 12).await;
+        let product = app.live_product_in(stock, 1, 12).await;
         // 2,000 candidates hold about 333 at home in buckets 0 and 1: 216 are needed there,
         // while those two buckets hold 40 units.
         let buyers = skewed(app.users_with_ids(2_000).await, buckets, stock as usize);
@@ -120,7 +95,7 @@ mod needs_redis_server {
         let prefix = fresh_prefix();
         let first = Arc::new(server_on_with(&db, &prefix, true, None, |_| {}).await);
         let (stock, limit) = (150, 2);
-        let product = bucketed_product(&first, stock, limit, 12).await;
+        let product = first.live_product_in(stock, limit, 12).await;
         let second = Arc::new(server_on_with(&db, &prefix, true, None, |_| {}).await);
         // 750 buyers, each trying for one unit three times through alternating servers: 2,250
         // tries for 150 units.
@@ -179,7 +154,7 @@ mod needs_redis_server {
         let prefix = fresh_prefix();
         let app = server_on_with(&db, &prefix, true, None, |_| {}).await;
         let stock = 60;
-        let product = bucketed_product(&app, stock, 1, 12).await;
+        let product = app.live_product_in(stock, 1, 12).await;
         let tokens = app.users(80).await;
         for token in &tokens[..20] {
             assert_eq!(

@@ -35,6 +35,9 @@ pub(super) async fn refill(
 ) -> Result<Refill, GateError> {
     let mut moved = 0;
     let mut pending = false;
+    // A shard failing over leaves the others to give: its error is reported only if nothing
+    // moved.
+    let mut failed = None;
     for from in layout.donors(to) {
         if moved >= need {
             break;
@@ -43,10 +46,15 @@ pub(super) async fn refill(
         let keys = &layout.keys[from];
         let mut take = lua::command(&TAKE, &[&keys.sale, &keys.transfers]);
         take.arg(&id).arg(&layout.tags[to]).arg(need - moved);
-        let ((taken, left, waiting), kept): ((i64, i64, i64), bool) = replicas
-            .evalsha(&mut redis.clone(), &TAKE, take)
-            .await
-            .map_err(unavailable)?;
+        let taken: redis::RedisResult<((i64, i64, i64), bool)> =
+            replicas.evalsha(&mut redis.clone(), &TAKE, take).await;
+        let ((taken, left, waiting), kept) = match taken {
+            Ok(taken) => taken,
+            Err(e) => {
+                failed = Some(e);
+                continue;
+            }
+        };
         if !kept {
             replicas.not_kept("transfer");
         }
@@ -67,6 +75,8 @@ pub(super) async fn refill(
         Refill::Moved
     } else if pending || moved > 0 {
         Refill::Pending
+    } else if let Some(e) = failed {
+        return Err(unavailable(e));
     } else {
         Refill::Empty
     })

@@ -227,6 +227,11 @@ impl TestApp {
 
     /// A product on sale now (started a minute ago, ends in an hour).
     pub async fn live_product(&self, stock: i64, per_user_limit: i64) -> i64 {
+        self.live_product_in(stock, per_user_limit, 1).await
+    }
+
+    /// [`live_product`](Self::live_product) with its stock split into `buckets` stock buckets.
+    pub async fn live_product_in(&self, stock: i64, per_user_limit: i64, buckets: i64) -> i64 {
         let now = self.state.sale.now();
         let (status, body) = self
             .admin_post(
@@ -237,12 +242,14 @@ impl TestApp {
                     "sale_price_cents": 4_999,
                     "stock": stock,
                     "per_user_limit": per_user_limit,
+                    "buckets": buckets,
                     "starts_at": rfc3339(now - 60_000),
                     "ends_at": rfc3339(now + 3_600_000),
                 }),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["buckets"], buckets, "{body}");
         body["id"].as_i64().unwrap()
     }
 

@@ -148,6 +148,8 @@ pub struct Setup<'a> {
     /// How long a buyer waits after an accepted buy before the next: with the number of
     /// buyers, the most buys a second the crowd makes, however fast the servers are.
     pub pause: Duration,
+    /// The stock buckets the product's stock is split into.
+    pub buckets: i64,
     /// Whether each buy carries an `Idempotency-Key` of its own, sent again with its tries, as
     /// a client retries.
     pub keyed: bool,
@@ -165,6 +167,7 @@ impl Setup<'static> {
             stock,
             buyers,
             per_user_limit: 1,
+            buckets: 1,
             in_flight: 32,
             pause: Duration::ZERO,
             keyed: false,
@@ -218,6 +221,7 @@ impl FaultySale {
             stock,
             buyers,
             per_user_limit,
+            buckets,
             in_flight,
             pause,
             keyed,
@@ -226,7 +230,9 @@ impl FaultySale {
         } = setup;
         let cluster = Cluster::on_redis(Arc::new(TestDatabase::fresh().await), redis.clone());
         let observer = cluster.observer().await;
-        let product = observer.live_product(stock, per_user_limit).await;
+        let product = observer
+            .live_product_in(stock, per_user_limit, buckets)
+            .await;
         let mut tokens = observer.users(buyers + 40).await;
         let probes = tokens.split_off(buyers).into_iter();
         let (first, first_line) = start(&cluster, "serve", "first server", env, logs).await;
@@ -282,6 +288,20 @@ impl FaultySale {
             crowd,
             accepted,
         }
+    }
+
+    /// The hash tags of the product's stock buckets, as the server that loaded it wrote them.
+    pub async fn bucket_tags(&self) -> Vec<String> {
+        let mut redis = seckill::redis_link::connect(&self.redis).await.unwrap();
+        let layout: String = redis::cmd("GET")
+            .arg(format!(
+                "{}{{p:{}}}:layout",
+                self.cluster.prefix, self.product
+            ))
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        layout.split(' ').map(str::to_owned).collect()
     }
 
     /// Waits until the crowd has `n` orders accepted.
