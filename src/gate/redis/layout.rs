@@ -49,6 +49,8 @@ pub(super) struct Layout {
     seen: Vec<AtomicI64>,
     /// One refill of a bucket at a time: buyers who find it dry together wait for one.
     pub refills: Vec<tokio::sync::Mutex<()>>,
+    /// How many buckets, for the buyers' homes.
+    buckets: StockBuckets,
 }
 
 impl Layout {
@@ -58,6 +60,7 @@ impl Layout {
             keys: tags.iter().map(|tag| Keys::of(prefix, tag)).collect(),
             seen: tags.iter().map(|_| AtomicI64::new(i64::MAX)).collect(),
             refills: tags.iter().map(|_| tokio::sync::Mutex::new(())).collect(),
+            buckets: StockBuckets::parse(tags.len() as i64).unwrap_or(StockBuckets::ONE),
             tags,
         }
     }
@@ -69,8 +72,7 @@ impl Layout {
 
     /// The bucket that keeps `user`'s holdings and keys.
     pub fn home(&self, user: UserId) -> usize {
-        StockBuckets::parse(self.len() as i64)
-            .map_or(0, |buckets| usize::from(home_bucket(user, buckets)))
+        usize::from(home_bucket(user, self.buckets))
     }
 
     /// Notes that bucket `bucket` had `left` units.
