@@ -1,6 +1,6 @@
-//! Request extractors: [`CurrentUser`] from a session token (cookie or bearer header),
-//! [`AdminAuth`] from the admin token, both checked in memory with no I/O, and
-//! [`IdempotencyKeyHeader`].
+//! Request extractors: [`CurrentUser`] from a session token (cookie or bearer header) and
+//! [`AdminAuth`] from the admin token, both checked in memory with no I/O; [`SessionToken`], a
+//! session token to check later; [`IdempotencyKeyHeader`].
 
 use crate::auth::TokenSigner;
 use crate::auth::revocation::{RevokedSessions, SessionId};
@@ -9,9 +9,9 @@ use crate::config::Secret;
 use crate::domain::{IdempotencyKey, InvalidIdempotencyKey, Millis, UserId};
 use crate::error::ApiError;
 use axum::extract::{FromRef, FromRequestParts, OptionalFromRequestParts};
-use axum::http::HeaderName;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue};
 use std::sync::Arc;
 
 /// The name of the cookie that carries the session token for pages and the page script.
@@ -47,13 +47,20 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let keys = Arc::<AuthKeys>::from_ref(state);
-        let token = bearer_token(parts)
-            .or_else(|| session_cookie(parts))
-            .ok_or_else(ApiError::unauthorized)?;
+        let token = bearer_token(parts).or_else(|| session_cookie(parts));
+        CurrentUser::of(token, &Arc::<AuthKeys>::from_ref(state))
+    }
+}
+
+impl CurrentUser {
+    /// The shopper whose session `token` is: signed by us, not expired, its session not ended.
+    fn of(token: Option<&str>, keys: &AuthKeys) -> Result<Self, ApiError> {
         let claims = keys
             .tokens
-            .verify(token, keys.clock.now_ms())
+            .verify(
+                token.ok_or_else(ApiError::unauthorized)?,
+                keys.clock.now_ms(),
+            )
             .filter(|c| !keys.revoked.refuses(c.session, c.user_id, c.issued_at))
             .ok_or_else(ApiError::unauthorized)?;
         Ok(CurrentUser {
@@ -62,6 +69,45 @@ where
             session: claims.session,
             expires_at: claims.expires_at,
         })
+    }
+}
+
+/// The session token a request carries (as [`CurrentUser`] finds it), not checked yet: for a
+/// handler that may answer before it needs to know the buyer (a buy of a product flagged sold
+/// out), then checks it with [`SessionToken::user`].
+pub struct SessionToken(Sent);
+
+/// Where a request's session token was found.
+enum Sent {
+    /// The `Authorization` header, whose value is shared with the request, not copied.
+    Bearer(HeaderValue),
+    /// The session cookie.
+    Cookie(String),
+    /// Neither.
+    Nothing,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionToken {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let sent = match (bearer_token(parts), parts.headers.get(AUTHORIZATION)) {
+            (Some(_), Some(header)) => Sent::Bearer(header.clone()),
+            _ => session_cookie(parts).map_or(Sent::Nothing, |token| Sent::Cookie(token.into())),
+        };
+        Ok(Self(sent))
+    }
+}
+
+impl SessionToken {
+    /// The signed-in shopper, checked as [`CurrentUser`] is (`401 unauthorized` without one).
+    pub fn user(&self, keys: &AuthKeys) -> Result<CurrentUser, ApiError> {
+        let token = match &self.0 {
+            Sent::Bearer(header) => bearer_value(header),
+            Sent::Cookie(token) => Some(token.as_str()),
+            Sent::Nothing => None,
+        };
+        CurrentUser::of(token, keys)
     }
 }
 
@@ -105,13 +151,11 @@ where
 }
 
 fn bearer_token(parts: &Parts) -> Option<&str> {
-    parts
-        .headers
-        .get(AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    bearer_value(parts.headers.get(AUTHORIZATION)?)
+}
+
+fn bearer_value(header: &HeaderValue) -> Option<&str> {
+    header.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
 }
 
 fn session_cookie(parts: &Parts) -> Option<&str> {

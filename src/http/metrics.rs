@@ -1,21 +1,19 @@
 //! `GET /metrics`: what the process measured, in Prometheus text format, for the admin token
 //! only (the numbers tell an outsider how a sale goes). The figures themselves are recorded
 //! where things happen, with the `metrics` macros; this file installs the one recorder of the
-//! process (with `seckill_build_info{version,commit}`), renders it, and measures every routed
-//! request. The process's own figures (CPU, memory, open files) are read at each scrape. The gauges of the dashboard's
+//! process (with `seckill_build_info{version,commit}`), renders it, and keeps every route's
+//! request metrics. The process's own figures (CPU, memory, open files) are read at each scrape. The gauges of the dashboard's
 //! reading (outbox and queue depths, drift) are brought up to date by the scrape itself.
 
 use super::AppState;
 use crate::http::extract::AdminAuth;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics::{Counter, Histogram, Label};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::Duration;
 
 /// Upper bounds of the latency histograms' buckets, in seconds: from a buy answered from
 /// memory to a request that waited on a slow database.
@@ -96,59 +94,59 @@ pub(crate) async fn render(State(state): State<AppState>, _: AdminAuth) -> Respo
     ([(header::CONTENT_TYPE, content_type)], handle().render()).into_response()
 }
 
-/// Middleware for the routed requests: counts each by method, route pattern (never the raw
-/// path, so the label values are as few as the routes) and status, and times it.
-pub async fn track(route: MatchedPath, request: Request, next: Next) -> Response {
-    let method = method_label(request.method());
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let took = started.elapsed().as_secs_f64();
-    let status = response.status().as_u16();
-    if !ROUTES.record(method, route.as_str(), status, took) {
-        ROUTES.register(method, route.as_str(), status).record(took);
-    }
-    response
+/// One route's request counters and latency histograms, one of each per method and status it
+/// answered with, registered with the recorder once each: finding a metric by its labels builds
+/// and hashes a key of them on every call, which costs more than answering `/healthz`. Bounded
+/// by the methods and statuses the route answers with. Its requests are recorded by the
+/// router's `Routed` layer, which holds one for its route.
+pub struct RouteMetrics {
+    route: &'static str,
+    kinds: RwLock<Vec<Arc<Kind>>>,
 }
 
-/// One route's request counter and latency histogram for one method and status.
-struct RouteMetrics {
+/// A route's request counter and latency histogram for one method and status.
+struct Kind {
     method: &'static str,
     status: u16,
     requests: Counter,
     duration: Histogram,
 }
 
-impl RouteMetrics {
+impl Kind {
     fn record(&self, seconds: f64) {
         self.requests.increment(1);
         self.duration.record(seconds);
     }
 }
 
-/// Every route's metrics, registered with the recorder once each: finding a metric by its
-/// labels builds and hashes a key of them on every call, which costs more than answering
-/// `/healthz`. Bounded by the routes times the methods and statuses they answer with.
-#[derive(Default)]
-struct Routes(RwLock<HashMap<Box<str>, Vec<Arc<RouteMetrics>>>>);
-
-static ROUTES: LazyLock<Routes> = LazyLock::new(Routes::default);
-
-impl Routes {
-    /// Records a request whose metrics are registered; false when they are not yet.
-    fn record(&self, method: &'static str, route: &str, status: u16, seconds: f64) -> bool {
-        let routes = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        let found = routes.get(route).and_then(|kinds| {
-            kinds
-                .iter()
-                .find(|kind| kind.method == method && kind.status == status)
-        });
-        found.map(|kind| kind.record(seconds)).is_some()
+impl RouteMetrics {
+    /// The metrics of the route pattern `route` (never a raw path, so the label values are as
+    /// few as the routes), none registered yet.
+    pub fn new(route: &'static str) -> Self {
+        Self {
+            route,
+            kinds: RwLock::default(),
+        }
     }
 
-    /// Registers (once) and returns the metrics of a method, route and status.
-    fn register(&self, method: &'static str, route: &str, status: u16) -> Arc<RouteMetrics> {
-        let mut routes = self.0.write().unwrap_or_else(PoisonError::into_inner);
-        let kinds = routes.entry(route.into()).or_default();
+    /// Counts and times one request with its method (a [`method_label`]) and status.
+    pub fn record(&self, method: &'static str, status: u16, seconds: f64) {
+        let kinds = self.kinds.read().unwrap_or_else(PoisonError::into_inner);
+        let found = kinds
+            .iter()
+            .find(|kind| kind.method == method && kind.status == status);
+        match found {
+            Some(kind) => kind.record(seconds),
+            None => {
+                drop(kinds);
+                self.register(method, status).record(seconds);
+            }
+        }
+    }
+
+    /// Registers (once) and returns the metrics of a method and status.
+    fn register(&self, method: &'static str, status: u16) -> Arc<Kind> {
+        let mut kinds = self.kinds.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(kind) = kinds
             .iter()
             .find(|kind| kind.method == method && kind.status == status)
@@ -157,10 +155,10 @@ impl Routes {
         }
         let labels = [
             Label::from_static_parts("method", method),
-            Label::new("route", route.to_owned()),
+            Label::from_static_parts("route", self.route),
             Label::new("status", status.to_string()),
         ];
-        let kind = Arc::new(RouteMetrics {
+        let kind = Arc::new(Kind {
             method,
             status,
             requests: metrics::counter!("seckill_http_requests_total", labels.iter()),
@@ -173,7 +171,7 @@ impl Routes {
 
 /// The method as a label value: the methods the routes take, and `other` for any other, so a
 /// client cannot make up label values.
-fn method_label(method: &Method) -> &'static str {
+pub(super) fn method_label(method: &Method) -> &'static str {
     match method.as_str() {
         "GET" => "GET",
         "HEAD" => "HEAD",

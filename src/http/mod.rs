@@ -12,6 +12,7 @@ pub mod extract;
 pub mod images;
 pub mod log_budget;
 pub mod metrics;
+mod middleware;
 pub mod openapi;
 pub mod origin;
 pub mod pages;

@@ -474,6 +474,22 @@ mod tests {
     }
 
     #[test]
+    fn the_buy_says_a_product_sold_out_here_is_answered_before_the_session_is_checked() {
+        let doc = document();
+        let buy = &doc["paths"]["/api/v1/orders"]["post"];
+        let said = buy["description"].as_str().unwrap_or_default();
+        assert!(
+            said.contains("`409 sold_out` before its session is checked"),
+            "{said}"
+        );
+        let conflict = buy["responses"]["409"]["description"].as_str().unwrap();
+        assert!(
+            conflict.contains("answered before the session is checked"),
+            "{conflict}"
+        );
+    }
+
+    #[test]
     fn the_page_escapes_what_it_shows() {
         let doc = serde_json::json!({
             "openapi": "3.1.0",

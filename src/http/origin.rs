@@ -10,10 +10,9 @@
 use crate::error::ApiError;
 use crate::http::admin::ADMIN_COOKIE;
 use crate::http::extract::{SESSION_COOKIE, cookie};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header::{AUTHORIZATION, HOST, ORIGIN, REFERER};
 use axum::http::{HeaderMap, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 
@@ -39,19 +38,20 @@ impl Site {
     }
 }
 
-/// The middleware: refuses a cookie-authenticated, state-changing request from another site
-/// with 403 `cross_origin_request`.
-pub async fn same_origin(State(site): State<Site>, request: Request, next: Next) -> Response {
-    if needs_check(request.method(), request.headers()) && !from_site(&site, request.headers()) {
-        return ApiError::client(
-            StatusCode::FORBIDDEN,
-            "cross_origin_request",
-            "this request does not come from this site's pages (its Origin or Referer names \
-             another site, or neither is sent); sign-in cookies only work from the site itself",
-        )
-        .into_response();
+/// The refusal of a cookie-authenticated, state-changing request from another site, 403
+/// `cross_origin_request`; `None` for any other request. Checked before each route of the app
+/// by the router's `Routed` layer.
+pub fn refusal(site: &Site, request: &Request) -> Option<Response> {
+    if !needs_check(request.method(), request.headers()) || from_site(site, request.headers()) {
+        return None;
     }
-    next.run(request).await
+    let refused = ApiError::client(
+        StatusCode::FORBIDDEN,
+        "cross_origin_request",
+        "this request does not come from this site's pages (its Origin or Referer names \
+         another site, or neither is sent); sign-in cookies only work from the site itself",
+    );
+    Some(refused.into_response())
 }
 
 /// A request that changes something and would be authenticated by a cookie of ours.

@@ -4,11 +4,12 @@
 //! A request meets, outermost first:
 //!
 //! 1. every request, routed or not ([`router`]'s `ServiceBuilder`): a panic caught as a 500,
-//!    the trace span, errors rewritten as JSON, the security headers, and the app-wide body
-//!    limit (`max_body_bytes`; the image uploads set a larger one on their own routes);
-//! 2. every route of the app (not the sandbox gateway's): the metrics of its route pattern
-//!    ([`metrics::track`]), then the origin check of a cookie-authenticated change
-//!    ([`origin::same_origin`]);
+//!    the trace span, errors rewritten as JSON and the security headers ([`Answers`]), and the
+//!    app-wide body limit (`max_body_bytes`; the image uploads set a larger one on their own
+//!    routes);
+//! 2. every route of the app (not the sandbox gateway's), put on per route by [`Table`]
+//!    ([`Routed`]): the metrics of its route pattern, then the origin check of a
+//!    cookie-authenticated change ([`origin`](super::origin));
 //! 3. the operator's routes, the API's, the console's and `/metrics`: the per-address throttle
 //!    ([`rate_limit::throttle_admin`]), before their token or session is looked at;
 //! 4. the handler's own extractors, which each group's heading names: the shopper's session
@@ -21,24 +22,25 @@
 //! An unknown path is `404 not_found`; a known path with a method it does not take is
 //! `405 method_not_allowed`.
 
+use super::middleware::{Answers, Routed, SECURITY_HEADERS};
+use super::origin::Site;
 use super::{
-    AppState, admin, api, assets, images, metrics, openapi, origin, pages, pay, rate_limit,
-    readiness,
+    AppState, admin, api, assets, images, metrics, openapi, pages, pay, rate_limit, readiness,
 };
 use crate::error::{ApiError, AppJson};
 use crate::payment::sandbox::{self, Sandbox};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
-use axum::middleware::{Next, from_fn, from_fn_with_state};
+use axum::http::StatusCode;
+use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{MethodRouter, Route, delete, get, patch, post};
 use serde_json::json;
 use std::any::Any;
+use std::convert::Infallible;
 use std::sync::Arc;
-use tower::ServiceBuilder;
+use tower::{Layer, Service, ServiceBuilder};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 /// The whole HTTP application, and the sandbox payment gateway's routes when this server
@@ -57,14 +59,12 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
         ));
     // The API's routes carry their full `/api/v1/...` paths rather than being nested: a
     // nested router rewrites every request's URI on the way in, on the buy path too.
-    let app = Router::new()
+    let app = Table::default()
         .merge(open())
         .merge(shopper())
         .merge(visitor())
         .merge(operator)
-        .route_layer(from_fn_with_state(state.site.clone(), origin::same_origin))
-        // Inside the routes, where the matched route is known: measures the routes above.
-        .route_layer(from_fn(metrics::track))
+        .into_router(&state.site)
         .fallback(no_route)
         // Applies to the routes above only: add new routes before it.
         .method_not_allowed_fallback(wrong_method)
@@ -80,18 +80,64 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
 /// throttled per address as on the server), under the same layers as the server's routes.
 pub fn worker_router(state: AppState, max_body_bytes: usize) -> Router {
     metrics::install();
-    let app = Router::new()
+    let app = Table::default()
         .route("/metrics", get(metrics::render))
         .route_layer(from_fn_with_state(
             state.clone(),
             rate_limit::throttle_admin,
         ))
         .merge(probes())
-        .route_layer(from_fn(metrics::track))
+        .into_router(&state.site)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .with_state(state);
     outermost(app, max_body_bytes)
+}
+
+/// A group of the app's routes, each with its path: the layers before each handler are put
+/// around each route by [`Table::into_router`], which knows its path, so nothing reads the
+/// matched route from the request.
+#[derive(Default)]
+struct Table(Vec<(&'static str, MethodRouter<AppState>)>);
+
+impl Table {
+    /// The routes so far and `handler` at `path`.
+    fn route(mut self, path: &'static str, handler: MethodRouter<AppState>) -> Self {
+        self.0.push((path, handler));
+        self
+    }
+
+    /// The routes so far and `other`'s.
+    fn merge(mut self, other: Table) -> Self {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// `layer` around the handler of each route so far, inside the app's own layers.
+    fn route_layer<L>(self, layer: L) -> Self
+    where
+        L: Layer<Route> + Clone + Send + Sync + 'static,
+        L::Service: Service<Request, Error = Infallible> + Clone + Send + Sync + 'static,
+        <L::Service as Service<Request>>::Response: IntoResponse + 'static,
+        <L::Service as Service<Request>>::Future: Send + 'static,
+    {
+        let routes = self.0.into_iter();
+        Self(
+            routes
+                .map(|(path, handler)| (path, handler.route_layer(layer.clone())))
+                .collect(),
+        )
+    }
+
+    /// The router of these routes, each behind its [`Routed`] layer (its metrics, then the
+    /// origin check of `site`).
+    fn into_router(self, site: &Site) -> Router<AppState> {
+        self.0
+            .into_iter()
+            .fold(Router::new(), |router, (path, handler)| {
+                router.route(path, handler.route_layer(Routed::new(path, site.clone())))
+            })
+    }
 }
 
 /// The layers every request meets, routed or not, around `routes`.
@@ -107,11 +153,7 @@ fn outermost(routes: Router, max_body_bytes: usize) -> Router {
             TraceLayer::new_for_http()
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
         )
-        .layer(from_fn(json_errors))
-        .layer(secure(0))
-        .layer(secure(1))
-        .layer(secure(2))
-        .layer(secure(3))
+        .layer(Answers)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .service(routes);
     Router::new().fallback_service(layered)
@@ -119,42 +161,10 @@ fn outermost(routes: Router, max_body_bytes: usize) -> Router {
 
 /// The probes of every process: liveness (`/healthz`, answered while the process serves at
 /// all) and readiness (`/readyz`, read from memory: see [`readiness`]).
-fn probes() -> Router<AppState> {
-    Router::new()
+fn probes() -> Table {
+    Table::default()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readiness::readyz))
-}
-
-/// The headers every answer carries, unless its handler set its own.
-const SECURITY_HEADERS: [(HeaderName, HeaderValue); 4] = [
-    (
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'self'; img-src 'self' data: https:; frame-ancestors 'none'; \
-             form-action 'self'; base-uri 'none'; object-src 'none'",
-        ),
-    ),
-    // Links to other sites (the payment provider) learn nothing of the page's path.
-    (
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("strict-origin-when-cross-origin"),
-    ),
-    (
-        HeaderName::from_static("permissions-policy"),
-        HeaderValue::from_static(
-            "camera=(), microphone=(), geolocation=(), payment=(), usb=(), interest-cohort=()",
-        ),
-    ),
-    (
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    ),
-];
-
-/// The layer that sets the `i`th of the [`SECURITY_HEADERS`].
-fn secure(i: usize) -> SetResponseHeaderLayer<HeaderValue> {
-    let (name, value) = SECURITY_HEADERS[i].clone();
-    SetResponseHeaderLayer::if_not_present(name, value)
 }
 
 /// The answer to a request whose head is over `max_head_bytes`, which the connection server
@@ -176,9 +186,9 @@ pub fn head_too_large(max_head_bytes: usize) -> Response {
 }
 
 /// Open to anybody: no session, no token.
-fn open() -> Router<AppState> {
+fn open() -> Table {
     let docs = openapi::Docs::build();
-    Router::new()
+    Table::default()
         .merge(probes())
         .route("/static/{*path}", get(assets::serve))
         .route("/images/{id}", get(images::serve))
@@ -212,9 +222,9 @@ fn open() -> Router<AppState> {
 /// A signed-in shopper (`CurrentUser`: the session token as a bearer header or the pages'
 /// cookie; `401 unauthorized` without one). Throttled in the handler: buys, buy tokens and
 /// puzzles per address, user and sale event, the rest per user.
-fn shopper() -> Router<AppState> {
+fn shopper() -> Table {
     use api::{guard, orders};
-    Router::new()
+    Table::default()
         // The buy, then the buyer's orders.
         .route("/api/v1/orders", post(orders::place_order))
         .route("/api/v1/orders", get(orders::my_orders))
@@ -228,8 +238,8 @@ fn shopper() -> Router<AppState> {
 
 /// A shopper if one is signed in (`Option<CurrentUser>`): the pages render for visitors too,
 /// and signing out without a session is no error.
-fn visitor() -> Router<AppState> {
-    Router::new()
+fn visitor() -> Table {
+    Table::default()
         .route("/", get(pages::sale_page))
         .route("/orders", get(pages::orders_page))
         .route("/logout", post(pages::logout))
@@ -238,9 +248,9 @@ fn visitor() -> Router<AppState> {
 
 /// The operator's API: the admin token as a bearer header (`AdminAuth`; `401 unauthorized`
 /// without it).
-fn operator_api(max_image_bytes: usize) -> Router<AppState> {
+fn operator_api(max_image_bytes: usize) -> Table {
     use api::{admin, admin_orders, admin_users, images};
-    Router::new()
+    Table::default()
         .route("/api/v1/admin/events", get(admin::list_events))
         .route("/api/v1/admin/events", post(admin::create_event))
         .route("/api/v1/admin/events/{id}", patch(admin::update_event))
@@ -282,10 +292,10 @@ fn operator_api(max_image_bytes: usize) -> Router<AppState> {
 }
 
 /// The operator's console under `/admin`: HTML pages and forms.
-fn console(max_image_bytes: usize) -> Router<AppState> {
+fn console(max_image_bytes: usize) -> Table {
     use admin::{audit, catalog, dashboard, images, orders, session, users};
     let image_form_bytes = max_image_bytes + images::FORM_ROOM;
-    Router::new()
+    Table::default()
         // Signing in: no session yet; throttled in the handler per address, as every sign-in.
         .route("/admin/login", get(session::sign_in_page))
         .route("/admin/login", post(session::sign_in))
@@ -351,66 +361,6 @@ async fn wrong_method() -> ApiError {
         "method_not_allowed",
         "this route does not take that method",
     )
-}
-
-/// The longest error body of axum's own that is kept as the message; axum's rejections are one
-/// sentence.
-const MAX_REJECTION_TEXT: usize = 1024;
-
-/// Every error is answered in the API's shape: an error without a body, or with axum's plain
-/// text (an extractor's rejection, such as a body over the size limit or a malformed query, or a
-/// route's 405 from a router of its own), becomes `{"error": {"code", "message"}}` with the same
-/// status and headers, the code named after the status. Answers already in JSON, and the HTML
-/// pages for people (the console's forms, the sandbox gateway), pass as they are.
-async fn json_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
-    let status = response.status();
-    let content_type = response.headers().get(header::CONTENT_TYPE);
-    let plain = content_type.is_none_or(|value| value.as_bytes().starts_with(b"text/plain"));
-    if !(status.is_client_error() || status.is_server_error()) || !plain {
-        return response;
-    }
-    let (parts, body) = response.into_parts();
-    let text = axum::body::to_bytes(body, MAX_REJECTION_TEXT).await;
-    let message = match text.as_deref().map(String::from_utf8_lossy) {
-        Ok(text) if !text.trim().is_empty() => text.trim().to_owned(),
-        _ => status
-            .canonical_reason()
-            .unwrap_or("the request was refused")
-            .to_owned(),
-    };
-    let error = if status.is_server_error() {
-        ApiError::Internal(anyhow::anyhow!("{status}: {message}"))
-    } else {
-        ApiError::client(status, code_of(status), message)
-    };
-    let mut answer = error.into_response();
-    let own: Vec<HeaderName> = answer.headers().keys().cloned().collect();
-    for (name, value) in &parts.headers {
-        if name != header::CONTENT_LENGTH && !own.contains(name) {
-            answer.headers_mut().append(name.clone(), value.clone());
-        }
-    }
-    answer
-}
-
-/// The error code of a client error that carried no code of its own.
-fn code_of(status: StatusCode) -> &'static str {
-    match status {
-        StatusCode::UNAUTHORIZED => "unauthorized",
-        StatusCode::FORBIDDEN => "forbidden",
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::NOT_ACCEPTABLE => "not_acceptable",
-        StatusCode::REQUEST_TIMEOUT => "request_timeout",
-        StatusCode::LENGTH_REQUIRED => "length_required",
-        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-        StatusCode::URI_TOO_LONG => "uri_too_long",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::UNPROCESSABLE_ENTITY => "invalid_input",
-        StatusCode::TOO_MANY_REQUESTS => "rate_limited",
-        _ => "bad_request",
-    }
 }
 
 fn panic_to_500(_: Box<dyn Any + Send + 'static>) -> Response {

@@ -62,6 +62,20 @@ impl SaleService {
         self.catalog.row(id)
     }
 
+    /// Refuses at once, as sold out, an unkeyed buy of `id` when this process has flagged the
+    /// product sold out, whoever buys (the sale page shows it to anybody), and counts it as
+    /// [`Self::buy`] counts its refusals. `Ok` when the buy must go on.
+    pub fn refuse_sold_out(&self, id: ProductId) -> Result<(), BuyError> {
+        let flagged = self.catalog.get(id);
+        if !flagged.is_some_and(|entry| entry.sold_out.load(Ordering::SeqCst)) {
+            return Ok(());
+        }
+        let outcome = Outcome::SoldOut;
+        outcome.count();
+        self.tally.0[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        Err(Rejection::SoldOut { remaining: 0 }.into())
+    }
+
     /// Buys `quantity` units of `product_id` for `user`. Returns the order once it is durable
     /// (see [`Durability`](super::Durability)), so an answered buy survives a crash. With
     /// `key`, a retry (the same key, product and quantity, within the key's lifetime) returns

@@ -48,6 +48,7 @@ mod sessions;
 mod shared_gate;
 mod sign_in_fairness;
 mod sign_out;
+mod sold_out_early;
 mod stock_buckets;
 mod store;
 mod stream_sessions;

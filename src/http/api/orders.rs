@@ -1,13 +1,14 @@
-//! The buy endpoint and the buyer's own orders. `POST /orders` is the hot path: throttles, the
-//! session token and a guarded sale's buy token are checked in memory, the sale service does
-//! the rest, and the answer is `202` once the order is durable.
+//! The buy endpoint and the buyer's own orders. `POST /orders` is the hot path: a product
+//! flagged sold out here is refused at once, then throttles, the session token and a guarded
+//! sale's buy token are checked in memory, the sale service does the rest, and the answer is
+//! `202` once the order is durable.
 
 use super::{ErrorBody, OrderView, guard};
 use crate::domain::{OrderId, ProductId, Quantity};
 use crate::error::{ApiError, AppJson, AppPath};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
-use crate::http::extract::{CurrentUser, IdempotencyKeyHeader};
+use crate::http::extract::{CurrentUser, IdempotencyKeyHeader, SessionToken};
 use crate::payment::Channel;
 use crate::server::LocalAddr;
 use axum::Json;
@@ -33,6 +34,7 @@ pub(crate) struct PlaceOrder {
     path = "/api/v1/orders",
     tag = "orders",
     summary = "Buy: place an order",
+    description = "A buy without an `Idempotency-Key` of a product this server has seen sell out is answered `409 sold_out` before its session is checked, with or without one: the sale page shows any visitor that the product is sold out. Every other buy needs a valid session first (`401 unauthorized`).",
     params(("Idempotency-Key" = Option<String>, Header, description = "Your name for this buy (1-64 printable ASCII characters without spaces, e.g. a UUID), so it can be retried safely: for a day, the same key from you gets the order the first buy made, as it is now, and no second order")),
     request_body = PlaceOrder,
     security(("session_bearer" = []), ("session_cookie" = [])),
@@ -41,7 +43,7 @@ pub(crate) struct PlaceOrder {
         (status = 400, description = "`invalid_idempotency_key`: the `Idempotency-Key` header is malformed (or sent twice)", body = ErrorBody),
         (status = 403, description = "`not_started`: the sale has not started yet; `ended`: the sale has ended (or an operator ended it early); `sale_paused`: an operator paused buying of the product, try again later; `buy_token_required`: the sale is guarded and the buy carries no `buy_token`; `invalid_buy_token`: the buy token is not this buyer's for this product, is forged or has expired", body = ErrorBody),
         (status = 404, description = "`unknown_product`: no such product", body = ErrorBody),
-        (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for; `idempotency_key_reused`: this `Idempotency-Key` was used for another buy (another product or quantity)", body = ErrorBody),
+        (status = 409, description = "`limit_reached`: you already bought as many as one buyer may; `sold_out`: sold out, or fewer left than asked for (for a product this server has seen sell out, answered before the session is checked); `idempotency_key_reused`: this `Idempotency-Key` was used for another buy (another product or quantity)", body = ErrorBody),
         (status = 422, description = "`invalid_quantity`: the quantity is out of range", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests from this address or this buyer, or too many buys of this sale event by everybody; retry after the `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`unavailable`: the order could not be taken; nothing was bought, try again; `backlog_full`: too many orders are waiting to be stored; nothing was bought, retry after the `Retry-After` seconds; `unconfirmed`: the order was taken but the Redis replicas did not acknowledge it in time (`redis_wait_replicas`), so it may or may not survive a Redis failover: retry with the same `Idempotency-Key` after the `Retry-After` seconds (you get the order if it stands), or look at your orders; `refilling`: the product's stock is split into buckets and the units left are on their way to the one this buy is decided in: nothing was bought, retry after the `Retry-After` seconds", body = ErrorBody),
@@ -50,10 +52,18 @@ pub(crate) struct PlaceOrder {
 pub(crate) async fn place_order(
     State(state): State<AppState>,
     ClientIp(ip): ClientIp,
-    user: CurrentUser,
-    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
-    AppJson(body): AppJson<PlaceOrder>,
+    session: SessionToken,
+    key: Result<IdempotencyKeyHeader, ApiError>,
+    body: Result<AppJson<PlaceOrder>, ApiError>,
 ) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
+    // Sold out here: answered before the session is checked, since the sale page tells anybody.
+    // A keyed buy goes on, as its retry may be answered with its order.
+    if let (Ok(IdempotencyKeyHeader(None)), Ok(AppJson(body))) = (&key, &body) {
+        state.sale.refuse_sold_out(ProductId(body.product_id))?;
+    }
+    let user = session.user(&state.auth)?;
+    let IdempotencyKeyHeader(key) = key?;
+    let AppJson(body) = body?;
     let product = ProductId(body.product_id);
     let bound = state.sale.gate_bound(product);
     state
