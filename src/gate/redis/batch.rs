@@ -285,7 +285,7 @@ fn decode(code: &Value, second: &Value) -> Result<Reserved, GateError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::domain::{
         IdempotencyKey, Money, OrderId, OrderStatus, ProductId, Quantity, SaleWindow, StockBuckets,
@@ -294,9 +294,11 @@ mod tests {
     use crate::gate::redis::RedisGate;
     use crate::gate::{GateProduct, StockGate};
 
-    const NOW: Millis = 1_800_000_000_000;
+    /// When the tests' buys are made.
+    pub(in crate::gate::redis) const NOW: Millis = 1_800_000_000_000;
 
-    fn order(id: i64, user: i64) -> Order {
+    /// Order `id` of one unit of product 1 by `user`, made at [`NOW`].
+    pub(in crate::gate::redis) fn order(id: i64, user: i64) -> Order {
         let price = Money::from_cents(100).unwrap();
         Order {
             id: OrderId(id),

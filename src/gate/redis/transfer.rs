@@ -230,14 +230,10 @@ pub(super) async fn units_left(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{
-        Millis, Money, Order, OrderId, OrderStatus, ProductId, Quantity, SaleWindow, StockBuckets,
-        UserId,
-    };
+    use crate::domain::{ProductId, SaleWindow, StockBuckets, UserId};
+    use crate::gate::redis::batch::tests::{NOW, order};
     use crate::gate::redis::{RedisGate, home_bucket};
     use crate::gate::{GateProduct, Rejection, Reserved, StockGate};
-
-    const NOW: Millis = 1_800_000_000_000;
 
     /// A gate under a prefix of this test's own (`tag`) with product 1 loaded: `remaining`
     /// units in `buckets` buckets, one a buyer.
@@ -275,26 +271,6 @@ mod tests {
             left.push(units);
         }
         left
-    }
-
-    fn order(id: i64, user: i64) -> Order {
-        let price = Money::from_cents(100).unwrap();
-        Order {
-            id: OrderId(id),
-            user_id: UserId(user),
-            product_id: ProductId(1),
-            product_name: "Kettle".into(),
-            unit_price: price,
-            quantity: Quantity::parse(1).unwrap(),
-            total: price,
-            status: OrderStatus::AwaitingPayment,
-            created_at: NOW,
-            pay_before: NOW + 900_000,
-            paid_at: None,
-            cancelled_at: None,
-            pay_started_at: None,
-            idempotency_key: None,
-        }
     }
 
     #[tokio::test]
