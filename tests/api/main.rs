@@ -45,6 +45,7 @@ mod sale_controls;
 mod sentinel_failover;
 mod sessions;
 mod shared_gate;
+mod shared_limits;
 mod sign_in_fairness;
 mod sign_out;
 mod store;
