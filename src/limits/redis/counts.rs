@@ -196,7 +196,8 @@ impl Limit {
     }
 
     /// Takes the window's new requests for one sync: the ids with requests in the previous and
-    /// the current window, and for the ids of the current one, their totals of the previous.
+    /// the current window, and for the ids of the current one not yet known in the previous,
+    /// their totals there.
     fn take(self: &Arc<Self>, groups: &mut Vec<Group>) {
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let Windows { current, previous } = &mut *windows;
@@ -222,24 +223,27 @@ impl Limit {
         if now.is_empty() && before.is_empty() {
             return;
         }
-        // The previous window's totals of the ids counted now, read without adding.
+        // The previous window's totals of the ids counted now, read without adding, once per
+        // window: the previous window only weighs less as time goes.
         let mut read = Vec::new();
         for (id, _) in &now {
-            if !before.iter().any(|(other, _)| other == id) {
+            if !previous.by_id.contains_key(id) && !before.iter().any(|(other, _)| other == id) {
                 read.push((id.clone(), 0));
             }
         }
         before.extend(read);
-        groups.push(Group {
-            limit: self.clone(),
-            number: current.number.saturating_sub(1),
-            ids: before,
-        });
-        groups.push(Group {
-            limit: self.clone(),
-            number: current.number,
-            ids: now,
-        });
+        for (number, ids) in [
+            (current.number.saturating_sub(1), before),
+            (current.number, now),
+        ] {
+            if !ids.is_empty() {
+                groups.push(Group {
+                    limit: self.clone(),
+                    number,
+                    ids,
+                });
+            }
+        }
     }
 }
 
@@ -434,7 +438,11 @@ mod tests {
             .unwrap();
         // 2 × 50/60 + 7 + 1 = 9.7: one more, then 10.7 is over.
         assert_eq!(passes(&counts, "a", 10, NOW, Mode::Shared), 1);
-        assert_eq!(adds(&counts.take())[1], (1000, "a".into(), 2));
+        assert_eq!(
+            adds(&counts.take()),
+            [(1000, "a".into(), 2)],
+            "the previous window's total is read once"
+        );
     }
 
     #[test]
@@ -450,7 +458,10 @@ mod tests {
         // Still counted while in flight.
         assert_eq!(passes(&counts, "a", 10, NOW, Mode::Shared), 8);
         counts.settle(groups, None);
-        assert_eq!(adds(&counts.take())[1], (1000, "a".into(), 10));
+        assert_eq!(
+            adds(&counts.take()),
+            [(999, "a".into(), 0), (1000, "a".into(), 10)]
+        );
     }
 
     #[test]
