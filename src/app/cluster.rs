@@ -146,9 +146,14 @@ impl Cluster {
         self.gate.clone()
     }
 
-    /// Rate limits counted in Redis for every server, after `local`.
+    /// Rate limits shared with every server through Redis, after `local`.
     pub(super) fn limiter(&self, local: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
-        Arc::new(RedisLimiter::new(self.redis.clone(), &self.prefix, local))
+        Arc::new(RedisLimiter::new(
+            self.redis.clone(),
+            &self.prefix,
+            self.node_id,
+            local,
+        ))
     }
 
     /// RabbitMQ's paid queue, when there is RabbitMQ.

@@ -46,6 +46,7 @@ mod sale_controls;
 mod sentinel_failover;
 mod sessions;
 mod shared_gate;
+mod shared_limits;
 mod sign_in_fairness;
 mod sign_out;
 mod sold_out_early;

@@ -10,6 +10,7 @@ use crate::support::{fresh_prefix, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::config::Config;
+use seckill::limits::redis::SYNC_EVERY;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,6 +157,30 @@ async fn live_event(app: &TestApp, products: usize) -> Vec<i64> {
 /// One buy of one unit of `product` by `token` at `server`.
 async fn buy(server: &TestApp, token: &str, product: i64) -> Answer {
     answer(server.buy_response(token, product, 1).await).await
+}
+
+/// Longer than it takes a server to share a request with the others: a few sync intervals.
+const SYNCED: Duration = Duration::from_millis(4 * SYNC_EVERY.as_millis() as u64);
+
+/// Every buy of `buys` (server, token, product), one after the other, each after the servers
+/// shared the one before.
+async fn buy_in_turn(buys: Vec<(Arc<TestApp>, String, i64)>) -> Vec<Answer> {
+    let mut answers = Vec::new();
+    for (server, token, product) in buys {
+        answers.push(buy(&server, &token, product).await);
+        tokio::time::sleep(SYNCED).await;
+    }
+    answers
+}
+
+/// Waits until the next second starts, so what follows within it counts in one fixed window of
+/// a limit of one second.
+async fn at_the_next_second() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let into = now.as_millis() % 1000;
+    tokio::time::sleep(Duration::from_millis((1000 - into) as u64 + 5)).await;
 }
 
 /// Every buy of `buys` (server, token, product) at once.
@@ -322,7 +347,7 @@ async fn without_redis_each_server_keeps_its_own_limits_and_answers() {
     );
     assert_eq!(created, 2, "this server's own count still holds");
     assert_eq!(users_stored(&app).await, 3);
-    // Each request waited for Redis at most a moment before going on without it.
+    // No request waits for Redis.
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "{:?}",
@@ -348,41 +373,56 @@ mod needs_redis_server {
             c.rate_limit.registrations_per_ip_per_hour = 3;
         };
         let first = cluster_server(&db, &prefix, tweak).await;
-        let products = live_event(&first, 2).await;
+        let products = [
+            live_event(&first, 1).await[0],
+            live_event(&first, 1).await[0],
+        ];
         // The second server starts once the products exist, so it knows them.
         let second = cluster_server(&db, &prefix, tweak).await;
         let servers = [first, second];
-        let tokens = servers[0].users(13).await;
+        let tokens = servers[0].users(9).await;
 
         // One buyer, every attempt on the other server than the one before.
-        let buys = (0..12)
+        let buys = (0..8)
             .map(|i| (servers[i % 2].clone(), tokens[0].clone(), products[0]))
             .collect();
         let bought = tally(
-            &buy_at_once(buys).await,
+            &buy_in_turn(buys).await,
             StatusCode::ACCEPTED,
             "rate_limited",
             5,
         );
-        assert_eq!(bought, 4, "one buyer's limit, counted once");
+        // A server decides on its last sync of a key: the other's request since may pass it one
+        // above (`limits/redis/mod.rs`), where counting apart would pass 8.
+        assert!(
+            (4..=5).contains(&bought),
+            "one buyer's limit of 4, counted once: {bought}"
+        );
 
-        // Twelve buyers of the event's other product: the event had 4 buys, may take 2 more.
-        let buys = (1..13)
+        // Eight buyers of another event, within one second: its cap of 6 a second, once.
+        at_the_next_second().await;
+        let buys = (1..9)
             .map(|i| (servers[i % 2].clone(), tokens[i].clone(), products[1]))
             .collect();
+        // Early in a window that is full, the wait runs past its end (the window's count weighs
+        // on as the previous one's): up to 2 s.
         let bought = tally(
-            &buy_at_once(buys).await,
+            &buy_in_turn(buys).await,
             StatusCode::ACCEPTED,
             "rate_limited",
             2,
         );
-        assert_eq!(bought, 2, "the event's cap, counted once");
+        assert!(
+            (6..=7).contains(&bought),
+            "the event's cap of 6, counted once: {bought}"
+        );
 
         // One address registering on both servers.
         let mut answers = Vec::new();
         for i in 0..10 {
             let server = &servers[i % 2];
             answers.push(register(server, &format!("shared{i}"), Some("10.2.0.1")).await);
+            tokio::time::sleep(SYNCED).await;
         }
         let created = tally(
             &answers,
@@ -390,8 +430,11 @@ mod needs_redis_server {
             "too_many_registrations",
             2 * 3600,
         );
-        assert_eq!(created, 3, "one address's registrations, counted once");
-        assert_eq!(users_stored(&servers[0]).await, 13 + 3);
+        assert!(
+            (3..=4).contains(&created),
+            "one address's registrations, 3, counted once: {created}"
+        );
+        assert_eq!(users_stored(&servers[0]).await, 9 + created as i64);
     }
 
     #[tokio::test]
@@ -412,6 +455,8 @@ mod needs_redis_server {
             "unknown_product"
         );
 
+        // The buys' counts reach Redis with the server's next sync.
+        tokio::time::sleep(SYNCED).await;
         let mut redis = seckill::redis_link::connect(&crate::support::redis_url())
             .await
             .unwrap();

@@ -1,115 +1,156 @@
-//! The throttles every server shares: counted in Redis with a sliding window (`window.lua`), so
-//! N servers allow a key its quota once, not N times.
+//! The throttles every server shares, off the request path: each server decides in this
+//! process, against the last totals Redis answered plus its own requests since, and a task
+//! sends its new requests to Redis every [`SYNC_EVERY`] and reads the totals back (`sync.lua`,
+//! one script call per sync whatever the number of requests). A request never waits for Redis:
+//! a buy costs Redis only its gate call.
 //!
-//! - This process's own buckets count first: a request over a limit here never costs a round
-//!   trip, so a flood from one client stays off Redis.
-//! - The requests that arrive while a script call is on its way join the next call (one call in
-//!   flight, no timer), as the gate's buys do: under a crowd one call counts many requests, and
-//!   a request's limits (its address, its user, its sale event) travel together.
-//! - A limiter must not take the sale down: when Redis does not answer within [`WAIT`] (or its
-//!   queue is full), the request is let through on this process's count alone, and a warning
-//!   is logged (at most one per [`WARN_EVERY`]).
+//! - This process's own buckets count first (`local.rs`, the full quota): a flood from one
+//!   client is refused before it is counted for the others, and no server ever lets a key
+//!   through more than its quota by itself.
+//! - **Overshoot.** A server decides on the totals of its own last sync of a key plus its own
+//!   requests since: it misses what the others counted after that sync. Totals only grow within
+//!   a window, so once the key's total in Redis has reached the quota, each server passes at
+//!   most the requests it receives before its next sync of the key has answered, that is one
+//!   (the request that starts the sync) and those of one [`SYNC_EVERY`] and round trip after
+//!   it. With `S` servers each receiving a key's requests at `r` a second, at most
+//!   `S × (1 + r × (SYNC_EVERY + round trip))` requests pass above the quota in a window: 3
+//!   servers, a bot at 1,000 requests a second on each, a round trip of 1 ms:
+//!   3 × (1 + 6) = 21 above the limit; a shopper clicking 10 times a second on each server:
+//!   3. Never more than `(S − 1) × quota` (each server's own buckets hold it to the quota).
+//! - **Without Redis.** When no sync has succeeded for [`FALLBACK_AFTER`], each server also
+//!   holds its own requests of the window to its share, the quota divided by the servers it
+//!   last saw alive (at least 1), so the fleet together stays within the quota; the shared
+//!   count resumes with the next sync that succeeds. A warning is logged (at most one per
+//!   [`WARN_EVERY`]) and `seckill_rate_limit_fallbacks_total` counts each request decided on
+//!   the share. Until [`FALLBACK_AFTER`] has passed, a server decides against the totals it
+//!   last had, as between two syncs.
+//! - **Alive.** Each sync stamps this server (its node id) with Redis's clock in
+//!   `PREFIX{limits}:servers`; a server whose last stamp is older than [`ALIVE_FOR`] is no
+//!   longer counted. An idle server syncs every [`HEARTBEAT`] to stay counted.
 //!
 //! Keys: `PREFIX{limits}:SCOPE:WINDOW_MS:N`, a hash per limit and fixed window (the `N`th since
-//! the epoch, by this server's clock), id → requests; one hash tag for all, so the keys of a
-//! batch are on one shard of a cluster and one script call counts them.
+//! the epoch, by this server's clock), id → requests; one hash tag for all, so one script call
+//! syncs every limit and the shard holding them receives at most one call per server and
+//! [`SYNC_EVERY`], whatever the buy rate (spread over tags, a sync would be a call per shard).
+
+mod counts;
 
 use super::{Hit, Limiter, Refused};
 use crate::clock::LogEvery;
 use crate::redis_link::{RedisLink, ScriptRequest};
 use async_trait::async_trait;
+use counts::{Counts, Group, Mode};
 use redis::Script;
-use std::sync::{Arc, LazyLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
 
-/// Longest a request waits for Redis's count before it goes on with this process's: longer
-/// than a round trip under a crowd, short enough that an outage costs a shopper little.
-pub const WAIT: Duration = Duration::from_millis(500);
+/// How often a server sends its new requests and reads the totals back. The overshoot above a
+/// quota grows with it (see the module's header) and Redis's work with its inverse: at 5 ms
+/// a server makes at most 200 sync calls a second whatever its request rate, and passes a
+/// quota by one request of a shopper's clicks, or seven of a bot's at 1,000 a second.
+pub const SYNC_EVERY: Duration = Duration::from_millis(5);
 
-/// Most time between two warnings that Redis could not count.
+/// How long a server with no new requests waits between syncs, so the others count it alive.
+pub const HEARTBEAT: Duration = Duration::from_millis(100);
+
+/// How long after its last sync a server is still counted alive: ten heartbeats.
+pub const ALIVE_FOR: Duration = Duration::from_secs(1);
+
+/// How long without a successful sync before a server holds its requests to its share of each
+/// quota; also the most one sync call may take. Fifty syncs: a slow moment of Redis does not
+/// cut every server's quota, an outage does within a quarter of a second.
+pub const FALLBACK_AFTER: Duration = Duration::from_millis(250);
+
+/// Most time between two warnings that the counts could not be shared.
 pub const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// Most requests in one script call, which bounds how long it holds Redis.
-const MAX_REQUESTS: usize = 128;
+/// Most ids of one limit's window: far more than the distinct clients of a sale within one
+/// window (as this process's own buckets, `local::MAX_KEYS`).
+const MAX_KEYS: usize = super::local::MAX_KEYS;
 
-/// Most requests waiting for a call; past that, Redis is not keeping up and requests fall back.
-const MAX_WAITING: usize = 4096;
+/// Most ids in one group of the script call: Lua's `unpack` takes a few thousand values.
+const MAX_IDS: usize = 1000;
 
-static WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("window.lua")));
-
-/// Redis's count of one request, or why there is none.
-type Answer = anyhow::Result<Result<(), Refused>>;
-
-/// One limit as the script sees it: its scope, quota and window (ms).
-type Limit = (&'static str, u32, u64);
-
-/// A request waiting for its script call: each hit's limit and id, and where the count goes.
-struct Pending {
-    hits: Vec<(Limit, String)>,
-    answer: oneshot::Sender<Answer>,
-}
+static SYNC: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sync.lua")));
 
 /// Throttles shared through Redis, after this process's own.
 pub struct RedisLimiter {
     local: Arc<dyn Limiter>,
-    queue: mpsc::Sender<Pending>,
-    /// When Redis's count was last missed aloud.
+    shared: Arc<Shared>,
+}
+
+/// What the requests and the sync task share.
+struct Shared {
+    counts: Counts,
+    /// When a sync last succeeded (Unix ms, this server's clock).
+    synced_ms: AtomicU64,
+    /// The servers alive at the last sync, this one included.
+    servers: AtomicU32,
+    /// When the failed syncs were last reported.
     warned: LogEvery,
 }
 
+/// The sync task's own: where it sends, and as whom.
+struct Sync {
+    redis: RedisLink,
+    /// The keys' common start, `PREFIX{limits}:`.
+    keys: String,
+    /// The servers' hash.
+    servers_key: String,
+    /// This server's field in it, its node id.
+    node: String,
+}
+
+/// Unix ms by this server's clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
 impl RedisLimiter {
-    /// Counts in `local` first, then over `redis` under `prefix`. Starts the task that sends
-    /// the script calls (it ends when this is dropped), so it must be called within a Tokio
-    /// runtime.
-    pub fn new(redis: RedisLink, prefix: &str, local: Arc<dyn Limiter>) -> Self {
-        let (queue, waiting) = mpsc::channel(MAX_WAITING);
-        let keys = format!("{prefix}{{limits}}:");
-        tokio::spawn(send_batches(redis, keys, waiting));
-        Self {
-            local,
-            queue,
+    /// Counts in `local` first, then for every server under `prefix`, this one being `node_id`.
+    /// Starts the task that syncs the counts (it ends when this is dropped), so it must be
+    /// called within a Tokio runtime.
+    pub fn new(redis: RedisLink, prefix: &str, node_id: u16, local: Arc<dyn Limiter>) -> Self {
+        let (limiter, sync) = Self::unsynced(redis, prefix, node_id, local);
+        tokio::spawn(sync_forever(sync, Arc::downgrade(&limiter.shared)));
+        limiter
+    }
+
+    /// The limiter and its sync, not started.
+    fn unsynced(
+        redis: RedisLink,
+        prefix: &str,
+        node_id: u16,
+        local: Arc<dyn Limiter>,
+    ) -> (Self, Sync) {
+        let shared = Arc::new(Shared {
+            counts: Counts::new(MAX_KEYS),
+            synced_ms: AtomicU64::new(now_ms()),
+            servers: AtomicU32::new(1),
             warned: LogEvery::new(WARN_EVERY),
-        }
-    }
-
-    /// Redis's count of `hits`.
-    async fn shared(&self, hits: &[Hit]) -> Answer {
-        let (answer, answered) = oneshot::channel();
-        let pending = Pending {
-            hits: hits
-                .iter()
-                .map(|hit| {
-                    let window = hit.quota.window().as_millis().max(1) as u64;
-                    let limit = (hit.key.scope(), hit.quota.limit(), window);
-                    (limit, hit.key.id().to_string())
-                })
-                .collect(),
-            answer,
+        });
+        let sync = Sync {
+            redis,
+            keys: format!("{prefix}{{limits}}:"),
+            servers_key: format!("{prefix}{{limits}}:servers"),
+            node: node_id.to_string(),
         };
-        self.queue.try_send(pending).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                anyhow::anyhow!("{MAX_WAITING} requests are waiting for Redis")
-            }
-            mpsc::error::TrySendError::Closed(_) => {
-                anyhow::anyhow!("the rate limiter is shutting down")
-            }
-        })?;
-        match tokio::time::timeout(WAIT, answered).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(anyhow::anyhow!("the rate limiter is shutting down")),
-            Err(_) => Err(anyhow::anyhow!("Redis did not answer within {WAIT:?}")),
-        }
+        (Self { local, shared }, sync)
     }
 
-    /// Counts a missed answer, and logs it unless it did so recently.
-    fn missed(&self, error: &anyhow::Error) {
-        metrics::counter!("seckill_rate_limit_fallbacks_total").increment(1);
-        if self.warned.due() {
-            tracing::warn!(
-                error = format!("{error:#}"),
-                "shared rate limits unavailable: counting in this process only"
-            );
+    /// How requests are decided now: on the shared totals, or on this server's share.
+    fn mode(&self, now_ms: u64) -> Mode {
+        let synced = self.shared.synced_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(synced) > FALLBACK_AFTER.as_millis() as u64 {
+            metrics::counter!("seckill_rate_limit_fallbacks_total").increment(1);
+            Mode::Alone {
+                servers: self.shared.servers.load(Ordering::Relaxed),
+            }
+        } else {
+            Mode::Shared
         }
     }
 }
@@ -118,13 +159,18 @@ impl RedisLimiter {
 impl Limiter for RedisLimiter {
     async fn hit(&self, hits: &[Hit]) -> Result<(), Refused> {
         self.local.hit(hits).await?;
-        match self.shared(hits).await {
-            Ok(counted) => counted,
-            Err(error) => {
-                self.missed(&error);
-                Ok(())
-            }
+        let now = now_ms();
+        let mode = self.mode(now);
+        for (i, hit) in hits.iter().enumerate() {
+            self.shared
+                .counts
+                .hit(hit.key.scope(), hit.quota, hit.key.id(), now, mode)
+                .map_err(|retry_after| Refused {
+                    hit: i,
+                    retry_after,
+                })?;
         }
+        Ok(())
     }
 
     async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
@@ -133,86 +179,103 @@ impl Limiter for RedisLimiter {
 
     fn forget_idle(&self) {
         self.local.forget_idle();
+        self.shared.counts.forget_old(now_ms());
     }
 }
 
-/// Sends one script call at a time, then takes whatever queued meanwhile.
-/// Its keys start with `keys`, `PREFIX{limits}:`.
-async fn send_batches(mut redis: RedisLink, keys: String, mut waiting: mpsc::Receiver<Pending>) {
-    let mut batch = Vec::with_capacity(MAX_REQUESTS);
-    while waiting.recv_many(&mut batch, MAX_REQUESTS).await > 0 {
-        // A request that stopped waiting went on with this process's count: count it no more.
-        batch.retain(|pending| !pending.answer.is_closed());
-        if !batch.is_empty() {
-            count(&mut redis, &keys, std::mem::take(&mut batch)).await;
-        }
-    }
-}
-
-/// One script call for `batch`, and each request's count sent back. Its windows are those of
-/// this moment by this server's clock.
-async fn count(redis: &mut RedisLink, keys: &str, batch: Vec<Pending>) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64);
-    // The limits of the batch, each sent once: a request's hits name theirs by number.
-    let mut limits: Vec<Limit> = Vec::new();
-    for (limit, _) in batch.iter().flat_map(|pending| &pending.hits) {
-        if !limits.contains(limit) {
-            limits.push(*limit);
-        }
-    }
-    let hits: usize = batch.iter().map(|pending| pending.hits.len()).sum();
-    let args = 6 + 4 * limits.len() + batch.len() + 2 * hits;
-    let mut command = redis::Cmd::with_capacity(args, 128 * limits.len() + 32 * hits);
-    command
-        .arg("EVALSHA")
-        .arg(WINDOW.get_hash())
-        .arg(2 * limits.len());
-    for (scope, _, window) in &limits {
-        let number = now / window;
-        for n in [number.saturating_sub(1), number] {
-            command.arg(format!("{keys}{scope}:{window}:{n}"));
-        }
-    }
-    command.arg(now).arg(limits.len());
-    for (_, quota, window) in &limits {
-        command.arg(quota).arg(window);
-    }
-    for pending in &batch {
-        command.arg(pending.hits.len());
-        for (limit, id) in &pending.hits {
-            let number = limits.iter().position(|l| l == limit).unwrap_or_default() + 1;
-            command.arg(number).arg(id);
-        }
-    }
-    let answers: redis::RedisResult<Vec<i64>> =
-        crate::redis_link::evalsha(redis, &WINDOW, ScriptRequest::Alone(&command)).await;
-    let expected = 2 * batch.len();
-    for (i, pending) in batch.into_iter().enumerate() {
-        let answer = match &answers {
-            Ok(answers) if answers.len() == expected => {
-                Ok(decode(answers[2 * i], answers[2 * i + 1]))
-            }
-            Ok(answers) => Err(anyhow::anyhow!(
-                "the rate-limit script answered {} values for {expected}",
-                answers.len()
-            )),
-            Err(e) => Err(anyhow::anyhow!("Redis: {e}")),
+/// Syncs every [`SYNC_EVERY`] while there are new requests, every [`HEARTBEAT`] otherwise,
+/// until the limiter is dropped.
+async fn sync_forever(mut sync: Sync, shared: Weak<Shared>) {
+    let mut tick = tokio::time::interval(SYNC_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = tokio::time::Instant::now();
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
         };
-        // The request may have stopped waiting; its count stands.
-        let _gone = pending.answer.send(answer);
+        let groups = shared.counts.take();
+        if groups.is_empty() && last.elapsed() < HEARTBEAT {
+            continue;
+        }
+        last = tokio::time::Instant::now();
+        sync.once(&shared, groups).await;
     }
 }
 
-/// One request's `{refusing hit, ms to wait}` from the script.
-fn decode(refused: i64, wait_ms: i64) -> Result<(), Refused> {
-    match usize::try_from(refused) {
-        Err(_) => Ok(()),
-        Ok(hit) => Err(Refused {
-            hit,
-            retry_after: Duration::from_millis(wait_ms.max(1) as u64),
-        }),
+impl Sync {
+    /// One script call sending `groups` (taken from `shared`'s counts), and its answer settled.
+    async fn once(&mut self, shared: &Shared, groups: Vec<Group>) {
+        let now = now_ms();
+        let command = self.command(&groups, now);
+        let call = crate::redis_link::evalsha::<Vec<u64>>(
+            &mut self.redis,
+            &SYNC,
+            ScriptRequest::Alone(&command),
+        );
+        let expected = 1 + groups.iter().map(|g| g.ids.len()).sum::<usize>();
+        let answer: anyhow::Result<Vec<u64>> =
+            match tokio::time::timeout(FALLBACK_AFTER, call).await {
+                Ok(Ok(answers)) if answers.len() == expected => Ok(answers),
+                Ok(Ok(answers)) => Err(anyhow::anyhow!(
+                    "the rate-limit sync answered {} values for {expected}",
+                    answers.len()
+                )),
+                Ok(Err(e)) => Err(anyhow::anyhow!("Redis: {e}")),
+                Err(_) => Err(anyhow::anyhow!(
+                    "Redis did not answer within {FALLBACK_AFTER:?}"
+                )),
+            };
+        match answer {
+            Ok(answers) => {
+                let servers = u32::try_from(answers[0]).unwrap_or(u32::MAX).max(1);
+                shared.servers.store(servers, Ordering::Relaxed);
+                shared.counts.settle(groups, Some(&answers[1..]));
+                shared.synced_ms.store(now, Ordering::Relaxed);
+            }
+            Err(error) => {
+                shared.counts.settle(groups, None);
+                if shared.warned.due() {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "shared rate limits unavailable: each server holds to its share"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The script call of `groups` at `now` (Unix ms): a group's hash lives until its window's
+    /// next one ends.
+    fn command(&self, groups: &[Group], now: u64) -> redis::Cmd {
+        let ids: usize = groups.iter().map(|g| g.ids.len()).sum();
+        let chunks: usize = groups.iter().map(|g| g.ids.len().div_ceil(MAX_IDS)).sum();
+        let mut command =
+            redis::Cmd::with_capacity(5 + 3 * chunks + 2 * ids, 64 * chunks + 32 * ids);
+        command.arg("EVALSHA").arg(SYNC.get_hash()).arg(1 + chunks);
+        command.arg(&self.servers_key);
+        for group in groups {
+            let limit = &group.limit;
+            let key = format!(
+                "{}{}:{}:{}",
+                self.keys, limit.scope, limit.window_ms, group.number
+            );
+            for _ in group.ids.chunks(MAX_IDS) {
+                command.arg(&key);
+            }
+        }
+        command.arg(&self.node).arg(ALIVE_FOR.as_millis() as u64);
+        for group in groups {
+            let window = group.limit.window_ms;
+            let expire = ((group.number + 2) * window).saturating_sub(now).max(1);
+            for chunk in group.ids.chunks(MAX_IDS) {
+                command.arg(expire).arg(chunk.len());
+                for (id, add) in chunk {
+                    command.arg(id.to_string()).arg(*add);
+                }
+            }
+        }
+        command
     }
 }
 
@@ -221,7 +284,6 @@ mod tests {
     use super::*;
     use crate::limits::local::LocalLimiter;
     use crate::limits::{Key, Quota};
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A key prefix no other test uses.
     fn prefix() -> String {
@@ -230,10 +292,26 @@ mod tests {
         format!("seckill-unit:{}:limits{n}:", std::process::id())
     }
 
-    /// A server's limiter: its own buckets, the shared count under `prefix`.
-    async fn server(prefix: &str) -> RedisLimiter {
+    /// A server's limiter (its own buckets, the shared count under `prefix`) and its sync, which
+    /// the test runs itself.
+    async fn server(prefix: &str, node: u16) -> (RedisLimiter, Sync) {
         let redis = crate::redis_link::test_link().await;
-        RedisLimiter::new(redis, prefix, Arc::new(LocalLimiter::default()))
+        RedisLimiter::unsynced(redis, prefix, node, Arc::new(LocalLimiter::default()))
+    }
+
+    /// One sync of `server`.
+    async fn sync((limiter, sync): &mut (RedisLimiter, Sync)) {
+        let groups = limiter.shared.counts.take();
+        sync.once(&limiter.shared, groups).await;
+    }
+
+    /// How many of `most` requests of `hits` pass `limiter`, stopping at the first refused.
+    async fn passes(limiter: &RedisLimiter, hits: &[Hit], most: usize) -> usize {
+        let mut passed = 0;
+        while passed < most && limiter.hit(hits).await.is_ok() {
+            passed += 1;
+        }
+        passed
     }
 
     fn hit(key: &str, limit: u32, window: Duration) -> Hit {
@@ -245,64 +323,91 @@ mod tests {
 
     #[tokio::test]
     #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
-    async fn two_servers_sharing_redis_allow_a_key_its_quota_once() {
+    async fn two_servers_syncing_after_every_request_pass_a_key_at_most_one_above_its_quota() {
         let prefix = prefix();
-        let servers = [server(&prefix).await, server(&prefix).await];
+        let mut servers = [server(&prefix, 1).await, server(&prefix, 2).await];
         let minute = Duration::from_secs(60);
         let mut passed = 0;
         for i in 0..20 {
-            if servers[i % 2].hit(&[hit("k", 6, minute)]).await.is_ok() {
+            if servers[i % 2].0.hit(&[hit("k", 6, minute)]).await.is_ok() {
                 passed += 1;
             }
+            for server in &mut servers {
+                sync(server).await;
+            }
         }
-        assert_eq!(passed, 6);
-        let refused = servers[0].hit(&[hit("k", 6, minute)]).await.unwrap_err();
+        // Each decided on its last sync of the key, which missed the other's request since: the
+        // last of them passes one above the quota.
+        assert_eq!(passed, 7);
+        let refused = servers[0].0.hit(&[hit("k", 6, minute)]).await.unwrap_err();
         assert_eq!(refused.hit, 0);
         assert!(refused.retry_after <= minute, "{refused:?}");
-        servers[1].hit(&[hit("other", 6, minute)]).await.unwrap();
+        servers[1].0.hit(&[hit("other", 6, minute)]).await.unwrap();
     }
 
     #[tokio::test]
     #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
-    async fn a_crowd_in_one_batch_is_counted_one_request_at_a_time() {
+    async fn a_server_decides_on_the_totals_of_its_last_sync_and_its_own_requests_since() {
         let prefix = prefix();
-        let servers = [
-            Arc::new(server(&prefix).await),
-            Arc::new(server(&prefix).await),
+        let mut servers = [server(&prefix, 1).await, server(&prefix, 2).await];
+        let quota = [hit("shared", 10, Duration::from_secs(60))];
+        assert_eq!(passes(&servers[0].0, &quota, 3).await, 3);
+        assert_eq!(passes(&servers[1].0, &quota, 3).await, 3);
+        sync(&mut servers[0]).await;
+        sync(&mut servers[1]).await;
+        // The first server knew 3 at its sync; its next request's sync reads the 6.
+        assert_eq!(passes(&servers[0].0, &quota, 1).await, 1);
+        sync(&mut servers[0]).await;
+        assert_eq!(
+            passes(&servers[0].0, &quota, 10).await,
+            3,
+            "7 counted, 3 left"
+        );
+        // The second has not synced since it read 6: it lets 4 more through, the overshoot of
+        // one sync interval.
+        assert_eq!(passes(&servers[1].0, &quota, 10).await, 4);
+        sync(&mut servers[1]).await;
+        assert_eq!(passes(&servers[1].0, &quota, 10).await, 0);
+    }
+
+    #[tokio::test]
+    #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
+    async fn each_sync_counts_the_servers_alive_and_alone_a_server_holds_to_its_share() {
+        let prefix = prefix();
+        let mut servers = [
+            server(&prefix, 1).await,
+            server(&prefix, 2).await,
+            server(&prefix, 3).await,
         ];
-        let tasks: Vec<_> = (0..400)
-            .map(|i| {
-                let limiter = servers[i % 2].clone();
-                tokio::spawn(async move {
-                    let minute = Duration::from_secs(60);
-                    let own = format!("own{i}");
-                    let request = [hit(&own, 1, minute), hit("shared", 150, minute)];
-                    limiter.hit(&request).await
-                })
-            })
-            .collect();
-        let mut passed = 0;
-        for task in tasks {
-            match task.await.unwrap() {
-                Ok(()) => passed += 1,
-                Err(refused) => assert_eq!(refused.hit, 1),
-            }
+        for server in &mut servers {
+            sync(server).await;
         }
-        assert_eq!(passed, 150);
+        sync(&mut servers[0]).await;
+        assert_eq!(servers[0].0.shared.servers.load(Ordering::SeqCst), 3);
+        // No sync for longer than the fallback: a third of the quota each.
+        let limiter = &servers[0].0;
+        let long_ago = now_ms() - 2 * FALLBACK_AFTER.as_millis() as u64;
+        limiter.shared.synced_ms.store(long_ago, Ordering::SeqCst);
+        let minute = Duration::from_secs(60);
+        let mut passed = 0;
+        while limiter.hit(&[hit("alone", 9, minute)]).await.is_ok() {
+            passed += 1;
+        }
+        assert_eq!(passed, 3);
+        // A sync that succeeds shares the quota again.
+        sync(&mut servers[0]).await;
+        servers[0].0.hit(&[hit("alone", 9, minute)]).await.unwrap();
     }
 
     #[tokio::test]
     #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
     async fn the_previous_window_weighs_by_the_part_of_it_still_in_the_sliding_window() {
         let prefix = prefix();
-        let limiter = server(&prefix).await;
+        let mut server = server(&prefix, 1).await;
         let window = Duration::from_secs(3600);
         let limit = 1000;
         // The window before this one had its whole limit.
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
+        let now = now_ms() as i64;
         let window_ms = window.as_millis() as i64;
         let previous = format!(
             "{prefix}{{limits}}:test:{window_ms}:{}",
@@ -322,8 +427,13 @@ mod tests {
             .query_async(&mut redis)
             .await
             .unwrap();
+        // The first request is decided before the sync reads the previous window's count.
         let mut passed = 0;
-        while limiter.hit(&[hit("weighed", limit, window)]).await.is_ok() {
+        if server.0.hit(&[hit("weighed", limit, window)]).await.is_ok() {
+            passed += 1;
+        }
+        sync(&mut server).await;
+        while server.0.hit(&[hit("weighed", limit, window)]).await.is_ok() {
             passed += 1;
         }
         // Its requests count as if spread evenly: the part of it the sliding window still
