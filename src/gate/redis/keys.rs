@@ -1,8 +1,8 @@
 //! The Redis keys of one bucket of a product's stock, shared by the gate's scripts and the
-//! outbox's readers. They share the bucket's hash tag (`{p:ID}` for a product of one bucket, see
-//! [`layout`](super::layout)), so a bucket's scripts run on one shard of a cluster. And the keys
-//! that name a product as a whole, and a buyer's claim on an idempotency key, under the buyer's
-//! own hash tag.
+//! outbox's readers. They share the bucket's hash tag (`{p:ID}` for a product of one bucket; the
+//! tags of several are chosen where the buckets are laid out), so a bucket's scripts run on one
+//! shard of a cluster. And the keys that name a product as a whole, and a buyer's claim on an
+//! idempotency key, under the buyer's own hash tag.
 
 use crate::domain::{IdempotencyKey, ProductId, UserId};
 
