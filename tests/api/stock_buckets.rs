@@ -99,7 +99,39 @@ mod needs_redis_server {
         let second = Arc::new(server_on_with(&db, &prefix, true, None, |_| {}).await);
         // 750 buyers, each trying for one unit three times through alternating servers: 2,250
         // tries for 150 units.
-        let buyers = first.users(750).await;
+        let mut buyers = first.users(750).await;
+        // Forty of them first, together: each gets the limit, two, across buckets and servers,
+        // and no third.
+        let mut early = Vec::new();
+        for (i, token) in buyers.drain(..40).enumerate() {
+            let servers = [first.clone(), second.clone()];
+            early.push(tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for attempt in 0..3 {
+                    let server = &servers[(i + attempt) % 2];
+                    answers.push(buy_until_answered(server, &token, product).await);
+                }
+                answers
+            }));
+        }
+        let mut orders = HashSet::new();
+        for buyer in early {
+            let answers = buyer.await.unwrap();
+            let codes: Vec<_> = answers
+                .iter()
+                .map(|(status, code, _)| (*status, code.as_str()))
+                .collect();
+            assert_eq!(
+                codes,
+                [
+                    (StatusCode::ACCEPTED, "<no error code>"),
+                    (StatusCode::ACCEPTED, "<no error code>"),
+                    (StatusCode::CONFLICT, "limit_reached")
+                ],
+                "a buyer's limit of {limit}, across buckets and servers"
+            );
+            orders.extend(answers.iter().filter_map(|(_, _, order)| *order));
+        }
         let barrier = Arc::new(tokio::sync::Barrier::new(buyers.len()));
         let mut tasks = Vec::new();
         for (i, token) in buyers.into_iter().enumerate() {
@@ -115,7 +147,6 @@ mod needs_redis_server {
                 (token, answers)
             }));
         }
-        let mut orders = HashSet::new();
         let mut held: HashMap<String, i64> = HashMap::new();
         for task in tasks {
             let (token, answers) = task.await.unwrap();
