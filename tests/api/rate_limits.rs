@@ -5,7 +5,7 @@
 
 use crate::support::TestDatabase;
 use crate::support::private_redis::{Persistence, PrivateRedis};
-use crate::support::{ADMIN_TOKEN, TestApp, rfc3339, status_and_json};
+use crate::support::{ADMIN_TOKEN, TestApp, at_the_next_second, status_and_json};
 use crate::support::{fresh_prefix, server_on_with};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
@@ -127,33 +127,6 @@ async fn many_addresses_together_register_no_more_than_the_hourly_cap() {
     assert_eq!(users_stored(&app).await, 7);
 }
 
-/// A live sale event with `products` products of 100 units each, any number per buyer; returns
-/// the products' ids.
-async fn live_event(app: &TestApp, products: usize) -> Vec<i64> {
-    let now = app.state.sale.now();
-    let (status, event) = app
-        .admin_post(
-            "/api/v1/admin/events",
-            json!({ "starts_at": rfc3339(now - 60_000), "ends_at": rfc3339(now + 3_600_000) }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{event}");
-    let mut ids = Vec::new();
-    for i in 0..products {
-        let (status, product) = app
-            .admin_post(
-                "/api/v1/admin/products",
-                json!({ "event_id": event["id"], "name": format!("Kettle {i}"),
-                        "original_price_cents": 3990, "sale_price_cents": 990,
-                        "stock": 100, "per_user_limit": 100 }),
-            )
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{product}");
-        ids.push(product["id"].as_i64().unwrap());
-    }
-    ids
-}
-
 /// One buy of one unit of `product` by `token` at `server`.
 async fn buy(server: &TestApp, token: &str, product: i64) -> Answer {
     answer(server.buy_response(token, product, 1).await).await
@@ -173,16 +146,6 @@ async fn buy_in_turn(buys: Vec<(Arc<TestApp>, String, i64)>) -> Vec<Answer> {
     answers
 }
 
-/// Waits until the next second starts, so what follows within it counts in one fixed window of
-/// a limit of one second.
-async fn at_the_next_second() {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let into = now.as_millis() % 1000;
-    tokio::time::sleep(Duration::from_millis((1000 - into) as u64 + 5)).await;
-}
-
 /// Every buy of `buys` (server, token, product) at once.
 async fn buy_at_once(buys: Vec<(Arc<TestApp>, String, i64)>) -> Vec<Answer> {
     let mut crowd = JoinSet::new();
@@ -200,7 +163,7 @@ async fn buys_of_one_sale_event_are_capped_across_its_products_and_buyers() {
         })
         .await,
     );
-    let products = live_event(&app, 2).await;
+    let products = app.event_of_products(2, 100).await;
     let elsewhere = app.live_product(100, 1).await;
     let tokens = app.users(21).await;
     let buys = tokens[..20]
@@ -374,8 +337,8 @@ mod needs_redis_server {
         };
         let first = cluster_server(&db, &prefix, tweak).await;
         let products = [
-            live_event(&first, 1).await[0],
-            live_event(&first, 1).await[0],
+            first.event_of_products(1, 100).await[0],
+            first.event_of_products(1, 100).await[0],
         ];
         // The second server starts once the products exist, so it knows them.
         let second = cluster_server(&db, &prefix, tweak).await;

@@ -4,41 +4,17 @@
 //! overshoot; and with Redis stopped, each server holds the buyer to its share.
 
 use crate::support::private_redis::{Persistence, PrivateRedis};
-use crate::support::{Need, TestApp, TestDatabase, fresh_prefix, require, rfc3339};
+use crate::support::{Need, TestApp, TestDatabase, at_the_next_second, fresh_prefix, require};
 use reqwest::StatusCode;
 use seckill::clock::SystemClock;
 use seckill::config::Config;
 use seckill::limits::redis::{FALLBACK_AFTER, HEARTBEAT, SYNC_EVERY};
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// The servers of each test.
 const SERVERS: usize = 3;
-
-/// A product of a live sale event with stock and a per-buyer limit far above what the tests buy,
-/// so only the rate limits refuse.
-async fn roomy_product(app: &TestApp) -> i64 {
-    let now = app.state.sale.now();
-    let (status, event) = app
-        .admin_post(
-            "/api/v1/admin/events",
-            json!({ "starts_at": rfc3339(now - 60_000), "ends_at": rfc3339(now + 3_600_000) }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{event}");
-    let (status, product) = app
-        .admin_post(
-            "/api/v1/admin/products",
-            json!({ "event_id": event["id"], "name": "Kettle",
-                    "original_price_cents": 3990, "sale_price_cents": 990,
-                    "stock": 1000, "per_user_limit": 100 }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{product}");
-    product["id"].as_i64().unwrap()
-}
 
 /// Three servers sharing `db` and the Redis at `redis` under one prefix, each with `tweak`
 /// applied, and a product they all know (made before the second starts); the `n`th server has
@@ -69,21 +45,11 @@ async fn three_servers(
         })
         .await;
         if n == 0 {
-            product = roomy_product(&server).await;
+            product = server.event_of_products(1, 1000).await[0];
         }
         servers.push(Arc::new(server));
     }
     (servers, product)
-}
-
-/// Waits until the next second starts, so what follows within it counts in one fixed window of
-/// a limit of one second (none of it weighed as the window before).
-async fn at_the_next_second() {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let into = now.as_millis() % 1000;
-    tokio::time::sleep(Duration::from_millis((1000 - into) as u64 + 5)).await;
 }
 
 /// One buy's status.

@@ -253,6 +253,33 @@ impl TestApp {
         body["id"].as_i64().unwrap()
     }
 
+    /// A live sale event with `products` products of `stock` units each, any number per buyer
+    /// (100); returns the products' ids.
+    pub async fn event_of_products(&self, products: usize, stock: i64) -> Vec<i64> {
+        let now = self.state.sale.now();
+        let (status, event) = self
+            .admin_post(
+                "/api/v1/admin/events",
+                json!({ "starts_at": rfc3339(now - 60_000), "ends_at": rfc3339(now + 3_600_000) }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{event}");
+        let mut ids = Vec::new();
+        for i in 0..products {
+            let (status, product) = self
+                .admin_post(
+                    "/api/v1/admin/products",
+                    json!({ "event_id": event["id"], "name": format!("Kettle {i}"),
+                            "original_price_cents": 3990, "sale_price_cents": 990,
+                            "stock": stock, "per_user_limit": 100 }),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{product}");
+            ids.push(product["id"].as_i64().unwrap());
+        }
+        ids
+    }
+
     /// A live product of 5 units, 2 a buyer, of which two new buyers take 3 (2 and 1): the
     /// orders a server without a worker then holds in its outbox.
     pub async fn sell_three_of_five(&self) -> i64 {
@@ -431,3 +458,13 @@ impl TestApp {
 
 /// Numbers the batches of users [`TestApp::users`] makes, so their names never collide.
 static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);
+
+/// Waits until the next second starts, so what follows within it counts in one fixed window of
+/// a limit of one second (none of it weighed as the window before).
+pub async fn at_the_next_second() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let into = now.as_millis() % 1000;
+    tokio::time::sleep(std::time::Duration::from_millis((1000 - into) as u64 + 5)).await;
+}

@@ -48,7 +48,7 @@ pub mod shared_redis;
 pub mod shoppers;
 pub mod tls_servers;
 
-pub use app::{ADMIN_TOKEN, SECRET, TestApp, test_config};
+pub use app::{ADMIN_TOKEN, SECRET, TestApp, at_the_next_second, test_config};
 pub use backends::{Need, TestDatabase, fresh_prefix, local_amqp, redis_url, require};
 pub use bare::bare_server;
 pub use buy::once_the_gate_reopens;
