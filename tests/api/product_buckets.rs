@@ -25,15 +25,9 @@ const LATER: i64 = 3_600_000;
 
 /// Every product as the admin API lists it.
 async fn admin_products(app: &TestApp) -> Vec<Value> {
-    let answer = app
-        .client
-        .get(app.url("/api/v1/admin/products"))
-        .bearer_auth(crate::support::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), StatusCode::OK);
-    answer.json::<Vec<Value>>().await.unwrap()
+    let (status, products) = app.admin_get("/api/v1/admin/products").await;
+    assert_eq!(status, StatusCode::OK);
+    products.as_array().unwrap().clone()
 }
 
 /// The product `id` as the admin API lists it.
@@ -47,14 +41,8 @@ async fn admin_product(app: &TestApp, id: i64) -> Value {
 
 /// How many entries the audit log holds.
 async fn audit_entries(app: &TestApp) -> usize {
-    let answer = app
-        .client
-        .get(app.url("/api/v1/admin/audit"))
-        .bearer_auth(crate::support::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    answer.json::<Vec<Value>>().await.unwrap().len()
+    let (_, entries) = app.admin_get("/api/v1/admin/audit").await;
+    entries.as_array().unwrap().len()
 }
 
 /// Whether the database marks the product as loaded into the gate.

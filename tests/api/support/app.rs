@@ -199,6 +199,18 @@ impl TestApp {
             .collect()
     }
 
+    /// GETs an admin route with the admin token.
+    pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .get(self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        status_and_json(response).await
+    }
+
     /// POSTs JSON to an admin route with the admin token.
     pub async fn admin_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.admin_send(self.client.post(self.url(path)), body)
