@@ -6,9 +6,8 @@ use super::activity::Activity;
 use super::heads::HeadEnd;
 use super::limits::PARK_AFTER;
 use super::table::{Connections, Open};
-use super::{App, LocalAddr, Stop};
+use super::{App, Ends, Stop};
 use axum::body::Body;
-use axum::extract::ConnectInfo;
 use bytes::{Buf, Bytes};
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
@@ -31,15 +30,6 @@ use tower::util::Oneshot;
 struct Parked {
     stream: TcpStream,
     unread: Bytes,
-}
-
-/// The two ends of a connection, handed to every request on it.
-#[derive(Clone, Copy)]
-struct Ends {
-    /// The client's address.
-    peer: SocketAddr,
-    /// This server's address the client reached.
-    local: SocketAddr,
 }
 
 /// Serves one connection until it is over, parked whenever it idles.
@@ -223,9 +213,8 @@ impl<A: App> hyper::service::Service<Request<Incoming>> for Serving<A> {
     type Future = Pin<Box<Answering<A>>>;
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
-        let (ends, activity) = (self.ends, &self.activity);
-        request.extensions_mut().insert(ConnectInfo(ends.peer));
-        request.extensions_mut().insert(LocalAddr(ends.local));
+        let activity = &self.activity;
+        request.extensions_mut().insert(self.ends);
         let body_pending = !request.body().is_end_stream();
         let number = activity.request_begun(body_pending);
         self.connections.head_done(activity);

@@ -38,11 +38,16 @@ mod table;
 
 pub use heads::{HEAD_BUDGET, MAX_HEAD_BYTES};
 
-/// The address of this server that a request's connection came in on (its socket's local
-/// address), in every request's extensions beside the peer's `ConnectInfo`: where the client
-/// reached this server, which the client cannot choose, unlike its `Host` header.
+/// The two ends of a request's connection, in every request's extensions (one entry, for
+/// both): the client's address and this server's address the client reached (its socket's
+/// local address, which the client cannot choose, unlike its `Host` header).
 #[derive(Clone, Copy, Debug)]
-pub struct LocalAddr(pub SocketAddr);
+pub struct Ends {
+    /// The client's address: the TCP peer.
+    pub peer: SocketAddr,
+    /// This server's address the client reached.
+    pub local: SocketAddr,
+}
 pub use limits::{
     CROWD, FileLimit, HEADER_READ_TIMEOUT, IDLE_TIMEOUT, PARK_AFTER, RESERVED_FILES,
     default_max_connections, file_limit, raise_file_limit,
@@ -70,8 +75,7 @@ use tokio::sync::watch;
 use tower::Service;
 
 /// What the server serves: a tower service that answers every request (its body an axum
-/// `Body`, with the [`ConnectInfo`](axum::extract::ConnectInfo) of the peer and the
-/// [`LocalAddr`] in its extensions) and never fails, such as an axum `Router` or layers around
+/// `Body`, its connection's [`Ends`] in its extensions) and never fails, such as an axum `Router` or layers around
 /// one. Each request is served by a clone of it, made ready first.
 pub trait App:
     Service<
