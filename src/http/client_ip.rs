@@ -4,9 +4,10 @@
 
 use crate::error::ApiError;
 use crate::http::AppState;
-use axum::extract::{ConnectInfo, FromRequestParts};
+use crate::server::Ends;
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 /// The address a request is throttled by.
 pub struct ClientIp(pub IpAddr);
@@ -17,8 +18,8 @@ impl FromRequestParts<AppState> for ClientIp {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let peer = parts
             .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| addr.ip())
+            .get::<Ends>()
+            .map(|ends| ends.peer.ip())
             .ok_or_else(|| anyhow::anyhow!("the server was started without peer addresses"))?;
         let forwarded = state.client_ip_header.as_ref().and_then(|name| {
             let value = parts.headers.get_all(name).iter().next_back()?;

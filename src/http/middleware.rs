@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use pin_project_lite::pin_project;
 use std::convert::Infallible;
 use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -45,7 +46,8 @@ pub const SECURITY_HEADERS: [(HeaderName, HeaderValue); 4] = [
     ),
 ];
 
-/// Every answer in the API's shape and with the [`SECURITY_HEADERS`]: an error without a body,
+/// Every answer in the API's shape and with the [`SECURITY_HEADERS`]: a panic of the service
+/// inside (a handler's) becomes `500 internal` in the API's shape; an error without a body,
 /// or with axum's plain text (an extractor's rejection, such as a body over the size limit or a
 /// malformed query, or a route's 405 from a router of its own), becomes
 /// `{"error": {"code", "message"}}` with the same status and headers, the code named after the
@@ -81,18 +83,23 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        AnswersFuture::Inner {
-            inner: self.inner.call(request),
+        match panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
+            Ok(inner) => AnswersFuture::Inner { inner },
+            Err(_) => AnswersFuture::Panicked {
+                answer: Some(panicked()),
+            },
         }
     }
 }
 
 pin_project! {
-    /// The future of [`AnswersService`]: the inner answer, then, for a plain-text error only,
-    /// the reading of its body (boxed: errors are rare and their rewrite may wait on the body).
+    /// The future of [`AnswersService`]: the inner answer (or the 500 of a panic in the inner
+    /// service's `call`), then, for a plain-text error only, the reading of its body (boxed:
+    /// errors are rare and their rewrite may wait on the body).
     #[project = AnswersProj]
     pub enum AnswersFuture<F> {
         Inner { #[pin] inner: F },
+        Panicked { answer: Option<Response> },
         Rewriting { rewrite: Pin<Box<dyn Future<Output = Response> + Send>> },
     }
 }
@@ -106,8 +113,20 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             match self.as_mut().project() {
-                AnswersProj::Inner { inner } => {
-                    let Ok(mut response) = ready!(inner.poll(cx));
+                AnswersProj::Inner { .. } | AnswersProj::Panicked { .. } => {
+                    let mut response = match self.as_mut().project() {
+                        AnswersProj::Inner { inner } => {
+                            match panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+                                Ok(polled) => {
+                                    let Ok(response) = ready!(polled);
+                                    response
+                                }
+                                Err(_) => panicked(),
+                            }
+                        }
+                        AnswersProj::Panicked { answer } => answer.take().unwrap_or_else(panicked),
+                        AnswersProj::Rewriting { .. } => unreachable!("matched above"),
+                    };
                     let headers = response.headers_mut();
                     for (name, value) in &SECURITY_HEADERS {
                         if !headers.contains_key(name) {
@@ -124,6 +143,11 @@ where
             }
         }
     }
+}
+
+/// The answer to a request whose handler panicked (the panic hook has reported the panic).
+fn panicked() -> Response {
+    ApiError::Internal(anyhow::anyhow!("a request handler panicked")).into_response()
 }
 
 /// Whether an answer is an error without a body or with a plain-text one.
@@ -295,5 +319,76 @@ where
         this.metrics
             .record(this.method, response.status().as_u16(), took);
         Poll::Ready(Ok(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    /// The status, the content type and the JSON body of `app`'s answer to `GET /`.
+    async fn answer<S>(app: S) -> (StatusCode, String, serde_json::Value, Response)
+    where
+        S: Service<Request, Response = Response, Error = Infallible>,
+    {
+        let request = Request::get("/").body(Body::empty()).unwrap();
+        let Ok(response) = app.oneshot(request).await;
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, 64 * 1024).await.unwrap();
+        let content_type = parts.headers[header::CONTENT_TYPE].to_str().unwrap();
+        let json = serde_json::from_slice(&bytes).unwrap();
+        let (status, content_type) = (parts.status, content_type.to_owned());
+        (
+            status,
+            content_type,
+            json,
+            Response::from_parts(parts, Body::empty()),
+        )
+    }
+
+    fn assert_internal(status: StatusCode, content_type: &str, json: &serde_json::Value) {
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            content_type.starts_with("application/json"),
+            "{content_type}"
+        );
+        assert_eq!(json["error"]["code"], "internal", "{json}");
+        assert!(json["error"]["message"].is_string(), "{json}");
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_panics_is_answered_500_in_the_api_shape() {
+        async fn boom() -> &'static str {
+            panic!("a handler's bug")
+        }
+        let app = Answers.layer(Router::new().route("/", get(boom)));
+        let (status, content_type, json, response) = answer(app).await;
+        assert_internal(status, &content_type, &json);
+        for (name, _) in &SECURITY_HEADERS {
+            assert!(response.headers().contains_key(name), "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_service_that_panics_when_called_is_answered_500_in_the_api_shape() {
+        #[derive(Clone)]
+        struct PanicsWhenCalled;
+        impl Service<Request> for PanicsWhenCalled {
+            type Response = Response;
+            type Error = Infallible;
+            type Future = std::future::Ready<Result<Response, Infallible>>;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+                Poll::Ready(Ok(()))
+            }
+            fn call(&mut self, _: Request) -> Self::Future {
+                panic!("a service's bug")
+            }
+        }
+        let (status, content_type, json, _) = answer(Answers.layer(PanicsWhenCalled)).await;
+        assert_internal(status, &content_type, &json);
     }
 }

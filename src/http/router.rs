@@ -3,8 +3,8 @@
 //!
 //! A request meets, outermost first:
 //!
-//! 1. every request, routed or not ([`router`]'s `ServiceBuilder`): a panic caught as a 500,
-//!    the trace span, errors rewritten as JSON and the security headers ([`Answers`]), and the
+//! 1. every request, routed or not ([`router`]'s `ServiceBuilder`): the trace span, a panic
+//!    caught as a 500, errors rewritten as JSON and the security headers ([`Answers`]), and the
 //!    app-wide body limit (`max_body_bytes`; the image uploads set a larger one on their own
 //!    routes);
 //! 2. every route of the app (not the sandbox gateway's), put on per route by [`Table`]
@@ -29,6 +29,7 @@ use super::{
 };
 use crate::error::{ApiError, AppJson};
 use crate::payment::sandbox::{self, Sandbox};
+use crate::server::App;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::StatusCode;
@@ -36,16 +37,14 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, Route, delete, get, patch, post};
 use serde_json::json;
-use std::any::Any;
 use std::convert::Infallible;
 use std::sync::Arc;
 use tower::{Layer, Service, ServiceBuilder};
-use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 /// The whole HTTP application, and the sandbox payment gateway's routes when this server
 /// serves one.
-pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandbox>>) -> Router {
+pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandbox>>) -> impl App {
     metrics::install();
     let max_image_bytes = state.images.max_bytes();
     let operator = operator_api(max_image_bytes)
@@ -78,7 +77,7 @@ pub fn router(state: AppState, max_body_bytes: usize, sandbox: Option<&Arc<Sandb
 
 /// What `seckill worker --addr` serves: `/healthz`, `/readyz` and `/metrics` (the admin token,
 /// throttled per address as on the server), under the same layers as the server's routes.
-pub fn worker_router(state: AppState, max_body_bytes: usize) -> Router {
+pub fn worker_router(state: AppState, max_body_bytes: usize) -> impl App {
     metrics::install();
     let app = Table::default()
         .route("/metrics", get(metrics::render))
@@ -140,13 +139,13 @@ impl Table {
     }
 }
 
-/// The layers every request meets, routed or not, around `routes`.
-fn outermost(routes: Router, max_body_bytes: usize) -> Router {
+/// The layers every request meets, routed or not, around `routes`: the service the server
+/// serves.
+fn outermost(routes: Router, max_body_bytes: usize) -> impl App {
     // The layers wrap the routes once, outermost first. (`Router::layer` would wrap each
     // route in each layer, boxed: a request would clone every box under every layer before
     // its handler ran.)
-    let layered = ServiceBuilder::new()
-        .layer(CatchPanicLayer::custom(panic_to_500))
+    ServiceBuilder::new()
         // A 5xx's cause is logged where it arises (`error.rs`, throttled where a crowd repeats
         // it); the trace layer's own line per failed request would only repeat it.
         .layer(
@@ -155,8 +154,7 @@ fn outermost(routes: Router, max_body_bytes: usize) -> Router {
         )
         .layer(Answers)
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .service(routes);
-    Router::new().fallback_service(layered)
+        .service(routes)
 }
 
 /// The probes of every process: liveness (`/healthz`, answered while the process serves at
@@ -361,8 +359,4 @@ async fn wrong_method() -> ApiError {
         "method_not_allowed",
         "this route does not take that method",
     )
-}
-
-fn panic_to_500(_: Box<dyn Any + Send + 'static>) -> Response {
-    ApiError::Internal(anyhow::anyhow!("a request handler panicked")).into_response()
 }

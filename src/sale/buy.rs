@@ -12,8 +12,8 @@ use crate::domain::{
 use crate::gate::{GateError, Rejection, Reserved};
 use crate::store::Persisted;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Why a buy did not produce an order.
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +70,7 @@ impl SaleService {
         if !flagged.is_some_and(|entry| entry.sold_out.load(Ordering::SeqCst)) {
             return Ok(());
         }
-        let outcome = Outcome::SoldOut;
-        outcome.count();
-        self.tally.0[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        self.tally.count(Outcome::SoldOut);
         Err(Rejection::SoldOut { remaining: 0 }.into())
     }
 
@@ -92,9 +90,7 @@ impl SaleService {
         if let (Ok(Bought::New(order)), Some(accepted)) = (&bought, &self.accepted) {
             accepted.add(order);
         }
-        let outcome = Outcome::of(&bought);
-        outcome.count();
-        self.tally.0[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        self.tally.count(Outcome::of(&bought));
         bought.map(|(Bought::New(order) | Bought::Replayed(order))| order)
     }
 
@@ -386,10 +382,10 @@ impl Outcome {
         }
     }
 
-    /// Counts a buy under its outcome (`seckill_buys_total`). One literal key per outcome: the
-    /// recorder finds it without building a label on the buy path.
-    fn count(self) {
-        let counter = match self {
+    /// Its counter of `seckill_buys_total` in the installed recorder. One literal key per
+    /// outcome: the recorder finds it without building a label.
+    fn counter(self) -> metrics::Counter {
+        match self {
             Self::Accepted => metrics::counter!("seckill_buys_total", "outcome" => "accepted"),
             Self::UnknownProduct => {
                 metrics::counter!("seckill_buys_total", "outcome" => "unknown_product")
@@ -415,15 +411,32 @@ impl Outcome {
                 metrics::counter!("seckill_buys_total", "outcome" => "unconfirmed")
             }
             Self::Refilling => metrics::counter!("seckill_buys_total", "outcome" => "refilling"),
-        };
-        counter.increment(1);
+        }
     }
 }
 
 /// This process's buys by outcome since it started, for the console's dashboard, which needs
 /// them without a metrics recorder installed.
 #[derive(Debug, Default)]
-pub(super) struct BuyTally([AtomicU64; Outcome::ALL.len()]);
+pub(super) struct BuyTally {
+    /// This process's buys, by outcome.
+    counts: [AtomicU64; Outcome::ALL.len()],
+    /// The counters of `seckill_buys_total`, by outcome, found in the recorder at the first buy
+    /// (the recorder is installed before any request is served) and kept: the buy path does
+    /// not look them up.
+    counters: OnceLock<[metrics::Counter; Outcome::ALL.len()]>,
+}
+
+impl BuyTally {
+    /// Counts a buy under its outcome, here and in `seckill_buys_total`.
+    fn count(&self, outcome: Outcome) {
+        self.counts[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        let counters = self
+            .counters
+            .get_or_init(|| Outcome::ALL.map(Outcome::counter));
+        counters[outcome as usize].increment(1);
+    }
+}
 
 /// Buys by outcome since the process started: `(outcome, count)`, accepted first.
 pub type BuyCounts = Vec<(&'static str, u64)>;
@@ -434,7 +447,12 @@ impl SaleService {
     pub fn buy_counts(&self) -> BuyCounts {
         Outcome::ALL
             .iter()
-            .map(|&o| (o.label(), self.tally.0[o as usize].load(Ordering::Relaxed)))
+            .map(|&o| {
+                (
+                    o.label(),
+                    self.tally.counts[o as usize].load(Ordering::Relaxed),
+                )
+            })
             .collect()
     }
 }
@@ -515,16 +533,18 @@ mod tests {
         assert_eq!(labels.len(), Outcome::ALL.len());
     }
 
-    /// `count` writes each label as a literal (see its comment): each outcome must count under
-    /// the label `label` gives it, which the dashboard and `/metrics` share.
+    /// `counter` writes each label as a literal (see its comment): each outcome must count
+    /// under the label `label` gives it, which the dashboard and `/metrics` share, and the
+    /// tally's kept counters must be those of the recorder.
     #[test]
     fn every_outcome_counts_under_its_own_label() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
+        let tally = BuyTally::default();
         for (times, outcome) in (1..).zip(Outcome::ALL) {
             metrics::with_local_recorder(&recorder, || {
                 for _ in 0..times {
-                    outcome.count();
+                    tally.count(outcome);
                 }
             });
         }

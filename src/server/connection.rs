@@ -6,10 +6,8 @@ use super::activity::Activity;
 use super::heads::HeadEnd;
 use super::limits::PARK_AFTER;
 use super::table::{Connections, Open};
-use super::{LocalAddr, Stop};
-use axum::Router;
+use super::{App, Ends, Stop};
 use axum::body::Body;
-use axum::extract::ConnectInfo;
 use bytes::{Buf, Bytes};
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
@@ -26,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower::ServiceExt;
+use tower::util::Oneshot;
 
 /// A connection between requests: the socket and any bytes already read from it.
 struct Parked {
@@ -33,20 +32,11 @@ struct Parked {
     unread: Bytes,
 }
 
-/// The two ends of a connection, handed to every request on it.
-#[derive(Clone, Copy)]
-struct Ends {
-    /// The client's address.
-    peer: SocketAddr,
-    /// This server's address the client reached.
-    local: SocketAddr,
-}
-
 /// Serves one connection until it is over, parked whenever it idles.
-pub(super) async fn connection(
+pub(super) async fn connection<A: App>(
     stream: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    app: A,
     mut stop: watch::Receiver<Stop>,
     open: Open,
 ) {
@@ -73,7 +63,7 @@ pub(super) async fn connection(
                 _ = stop.changed() => return,
             }
         }
-        match serve_until_idle(parked, ends, &router, &mut stop, connections, activity).await {
+        match serve_until_idle(parked, ends, &app, &mut stop, connections, activity).await {
             Some(next) => {
                 connections.parkings.fetch_add(1, Ordering::Relaxed);
                 parked = next;
@@ -104,42 +94,19 @@ async fn first_bytes(stream: &TcpStream) -> Option<Bytes> {
 /// between requests while the server is crowded; then hands it back. `None` when the
 /// connection is over: closed by the client, broken, stalled past its deadline, shed, or told
 /// to stop.
-async fn serve_until_idle(
+async fn serve_until_idle<A: App>(
     parked: Parked,
     ends: Ends,
-    router: &Router,
+    app: &A,
     stop: &mut watch::Receiver<Stop>,
     connections: &Arc<Connections>,
     activity: &Arc<Activity>,
 ) -> Option<Parked> {
-    let service = {
-        let (router, activity) = (router.clone(), activity.clone());
-        let connections = connections.clone();
-        hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(ends.peer));
-            request.extensions_mut().insert(LocalAddr(ends.local));
-            let body_pending = !request.body().is_end_stream();
-            let number = activity.request_begun(body_pending);
-            connections.head_done(&activity);
-            let request = request.map(|body| {
-                if body_pending {
-                    Body::new(Tracked {
-                        body,
-                        activity: activity.clone(),
-                        number,
-                    })
-                } else {
-                    Body::new(body)
-                }
-            });
-            let (router, activity) = (router.clone(), activity.clone());
-            Box::pin(async move {
-                let response = router.oneshot(request).await;
-                activity.request_answered();
-                response
-            })
-                as Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>
-        })
+    let service = Serving {
+        app: app.clone(),
+        ends,
+        activity: activity.clone(),
+        connections: connections.clone(),
     };
     let io = TokioIo::new(Replay {
         parked,
@@ -227,6 +194,67 @@ async fn serve_until_idle(
                 }
             }
         }
+    }
+}
+
+/// The app as hyper serves it on one connection: each request, with the connection's ends in
+/// its extensions and its body tracked, goes to a clone of the app made ready.
+struct Serving<A> {
+    app: A,
+    ends: Ends,
+    activity: Arc<Activity>,
+    connections: Arc<Connections>,
+}
+
+impl<A: App> hyper::service::Service<Request<Incoming>> for Serving<A> {
+    type Response = Response<A::Answer>;
+    type Error = Infallible;
+    // Boxed: hyper wants a future it may move.
+    type Future = Pin<Box<Answering<A>>>;
+
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        let activity = &self.activity;
+        request.extensions_mut().insert(self.ends);
+        let body_pending = !request.body().is_end_stream();
+        let number = activity.request_begun(body_pending);
+        self.connections.head_done(activity);
+        let request = request.map(|body| {
+            if body_pending {
+                Body::new(Tracked {
+                    body,
+                    activity: activity.clone(),
+                    number,
+                })
+            } else {
+                Body::new(body)
+            }
+        });
+        Box::pin(Answering {
+            answer: self.app.clone().oneshot(request),
+            activity: Some(activity.clone()),
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer from the app, which tells the connection once it is ready.
+    struct Answering<A: App> {
+        #[pin]
+        answer: Oneshot<A, Request<Body>>,
+        activity: Option<Arc<Activity>>,
+    }
+}
+
+impl<A: App> Future for Answering<A> {
+    type Output = Result<Response<A::Answer>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let answer = std::task::ready!(this.answer.poll(cx));
+        if let Some(activity) = this.activity.take() {
+            activity.request_answered();
+        }
+        Poll::Ready(answer)
     }
 }
 

@@ -1,8 +1,9 @@
 //! seckill's HTTP/1.1 server, written for a crowd that holds connections open and mostly idle,
 //! and for clients that would hold them open to do harm:
-//! `server::serve(listener, router).with_graceful_shutdown(signal).await`. It is transport only:
-//! it serves any axum `Router` and knows nothing of seckill's routes, state or sale, so it
-//! imports nothing of ours.
+//! `server::serve(listener, app).with_graceful_shutdown(signal).await`. It is transport only:
+//! it serves any tower service of the right shape (an [`App`]: an axum `Router`, or layers
+//! around one) and knows nothing of seckill's routes, state or sale, so it imports nothing of
+//! ours.
 //!
 //! Parking: `axum::serve` keeps hyper's read and write buffers for every open connection, busy
 //! or not. Here a connection that has had no request for [`PARK_AFTER`] is handed back by hyper
@@ -37,23 +38,30 @@ mod table;
 
 pub use heads::{HEAD_BUDGET, MAX_HEAD_BYTES};
 
-/// The address of this server that a request's connection came in on (its socket's local
-/// address), in every request's extensions beside the peer's `ConnectInfo`: where the client
-/// reached this server, which the client cannot choose, unlike its `Host` header.
+/// The two ends of a request's connection, in every request's extensions (one entry, for
+/// both): the client's address and this server's address the client reached (its socket's
+/// local address, which the client cannot choose, unlike its `Host` header).
 #[derive(Clone, Copy, Debug)]
-pub struct LocalAddr(pub SocketAddr);
+pub struct Ends {
+    /// The client's address: the TCP peer.
+    pub peer: SocketAddr,
+    /// This server's address the client reached.
+    pub local: SocketAddr,
+}
 pub use limits::{
     CROWD, FileLimit, HEADER_READ_TIMEOUT, IDLE_TIMEOUT, PARK_AFTER, RESERVED_FILES,
     default_max_connections, file_limit, raise_file_limit,
 };
 
-use axum::Router;
 use axum::body::Body;
+use bytes::Bytes;
 use heads::Refusal;
-use hyper::Response;
+use hyper::body::Body as HttpBody;
 use hyper::server::conn::http1;
+use hyper::{Request, Response};
 use hyper_util::rt::TokioTimer;
 use limits::Limits;
+use std::convert::Infallible;
 use std::future::{IntoFuture, Pending};
 use std::io;
 use std::net::SocketAddr;
@@ -64,6 +72,43 @@ use std::time::Duration;
 use table::Connections;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
+use tower::Service;
+
+/// What the server serves: a tower service that answers every request (its body an axum
+/// `Body`, its connection's [`Ends`] in its extensions) and never fails, such as an axum `Router` or layers around
+/// one. Each request is served by a clone of it, made ready first.
+pub trait App:
+    Service<
+        Request<Body>,
+        Response = Response<Self::Answer>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + Unpin
+    + 'static
+{
+    /// The body of its answers.
+    type Answer: HttpBody<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static;
+}
+
+impl<S, B> App for S
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + Sync
+        + Unpin
+        + 'static,
+    B: HttpBody<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static,
+{
+    type Answer = B;
+}
 
 /// How many finished handshakes the kernel may queue for `accept`. A flash sale's crowd connects
 /// within the same second; past the queue's end the kernel drops the handshake, and the shopper's
@@ -98,12 +143,12 @@ pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// Serves `router` on `listener` when awaited, with the default deadlines and cap; the
+/// Serves `app` on `listener` when awaited, with the default deadlines and cap; the
 /// [`Serve`] methods change them.
-pub fn serve(listener: TcpListener, router: Router) -> Serve {
+pub fn serve<A: App>(listener: TcpListener, app: A) -> Serve<A> {
     Serve {
         listener,
-        router,
+        app,
         shutdown: std::future::pending(),
         shutdown_timeout: None,
         limits: Limits::default(),
@@ -115,9 +160,9 @@ pub fn serve(listener: TcpListener, router: Router) -> Serve {
 /// [`with_graceful_shutdown`](Self::with_graceful_shutdown) gave one), then lets the requests
 /// in flight finish and closes every connection.
 #[must_use = "a server does nothing until it is awaited"]
-pub struct Serve<S = Pending<()>> {
+pub struct Serve<A, S = Pending<()>> {
     listener: TcpListener,
-    router: Router,
+    app: A,
     shutdown: S,
     /// How long the requests in progress may take once the server stops accepting; unset,
     /// as long as they take.
@@ -127,15 +172,15 @@ pub struct Serve<S = Pending<()>> {
     refusal: Option<Response<Body>>,
 }
 
-impl<S> Serve<S> {
+impl<A, S> Serve<A, S> {
     /// Stops accepting when `signal` completes, then drains.
-    pub fn with_graceful_shutdown<F>(self, signal: F) -> Serve<F>
+    pub fn with_graceful_shutdown<F>(self, signal: F) -> Serve<A, F>
     where
         F: Future<Output = ()> + Send + 'static,
     {
         Serve {
             listener: self.listener,
-            router: self.router,
+            app: self.app,
             shutdown: signal,
             shutdown_timeout: self.shutdown_timeout,
             limits: self.limits,
@@ -200,8 +245,9 @@ impl<S> Serve<S> {
     }
 }
 
-impl<S> IntoFuture for Serve<S>
+impl<A, S> IntoFuture for Serve<A, S>
 where
+    A: App,
     S: Future<Output = ()> + Send + 'static,
 {
     type Output = ();
@@ -213,13 +259,14 @@ where
 }
 
 /// The server loop: accepts, admits under the cap, tidies, and drains on shutdown.
-async fn run<S>(server: Serve<S>)
+async fn run<A, S>(server: Serve<A, S>)
 where
+    A: App,
     S: Future<Output = ()> + Send + 'static,
 {
     let Serve {
         listener,
-        router,
+        app,
         shutdown,
         shutdown_timeout,
         limits,
@@ -263,7 +310,7 @@ where
                     Some(open) => {
                         let _ = stream.set_nodelay(true);
                         let stopped = stopped.clone();
-                        tokio::spawn(connection::connection(stream, peer, router.clone(), stopped, open));
+                        tokio::spawn(connection::connection(stream, peer, app.clone(), stopped, open));
                     }
                     // Every open connection is in a request: this one is closed at once.
                     None => refused += 1,

@@ -10,7 +10,7 @@ use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use crate::http::extract::{CurrentUser, IdempotencyKeyHeader, SessionToken};
 use crate::payment::Channel;
-use crate::server::LocalAddr;
+use crate::server::Ends;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
@@ -171,7 +171,7 @@ pub(crate) async fn pay(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
-    reached: Option<Extension<LocalAddr>>,
+    reached: Option<Extension<Ends>>,
     body: Bytes,
 ) -> Result<AppJson<PayView>, ApiError> {
     state.limits.check_orders(user.id).await?;
@@ -186,7 +186,7 @@ pub(crate) async fn pay(
             user.id,
             OrderId(id),
             channel,
-            reached.map(|Extension(LocalAddr(at))| at),
+            reached.map(|Extension(ends)| ends.local),
             key,
         )
         .await?;

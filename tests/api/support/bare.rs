@@ -10,7 +10,7 @@ use std::time::Duration;
 /// A server as `configure` sets it up, answering `GET /healthz`, `POST /echo` of `hello world`
 /// and `GET /slow` (after a second and a half) as the real `/healthz` does. Its address; it
 /// stops with the test's runtime.
-pub fn bare_server(configure: impl FnOnce(Serve) -> Serve) -> String {
+pub fn bare_server(configure: impl FnOnce(Serve<Router>) -> Serve<Router>) -> String {
     const OK: &str = "{\"status\":\"ok\"}";
     let router = Router::new()
         .route("/healthz", get(|| async { OK }))
