@@ -198,6 +198,7 @@ mod tests {
             concurrency: 64,
             product: Some(1),
             stock: 10,
+            buckets: 1,
             seconds: 1.0,
             requests: 3,
             requests_per_sec: 3.0,
