@@ -5,7 +5,7 @@
 //! nothing changed.
 
 use crate::support::operator::{Operator, operator};
-use crate::support::{TestApp, TextOfAnswer, code, rfc3339};
+use crate::support::{TestApp, TextOfAnswer, assert_form_refused, code, rfc3339};
 use reqwest::StatusCode;
 use seckill::domain::{ProductId, StockBuckets};
 use seckill::store::ProductPatch;
@@ -247,14 +247,7 @@ async fn the_console_shows_and_takes_the_buckets_until_the_product_is_preheated(
             .send()
     };
     let refused = create("65").await.unwrap();
-    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        refused
-            .text()
-            .await
-            .unwrap()
-            .contains("buckets must be 1 to 64")
-    );
+    assert_form_refused(refused, "buckets must be 1 to 64").await;
     assert_eq!(admin_products(&app).await, Vec::<Value>::new());
 
     let created = create("12").await.unwrap();
@@ -311,14 +304,11 @@ async fn the_console_shows_and_takes_the_buckets_until_the_product_is_preheated(
         "{page}"
     );
     let refused = change("6", time(now - 60_000)).await.unwrap();
-    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        refused
-            .text()
-            .await
-            .unwrap()
-            .contains("the stock buckets can be changed only before the product is preheated")
-    );
+    assert_form_refused(
+        refused,
+        "the stock buckets can be changed only before the product is preheated",
+    )
+    .await;
     assert_eq!(admin_product(&app, id).await["buckets"], 5);
 }
 

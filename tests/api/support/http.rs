@@ -51,3 +51,10 @@ impl TextOfAnswer for reqwest::RequestBuilder {
         self.send().await.unwrap().text().await.unwrap()
     }
 }
+
+/// Asserts that a console form was refused: `422`, its page giving `reason`.
+pub async fn assert_form_refused(response: reqwest::Response, reason: &str) {
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let page = response.text().await.unwrap();
+    assert!(page.contains(reason), "{reason:?} not in {page}");
+}

@@ -52,6 +52,6 @@ pub use app::{ADMIN_TOKEN, SECRET, TestApp, at_the_next_second, test_config};
 pub use backends::{Need, TestDatabase, fresh_prefix, local_amqp, redis_url, require};
 pub use bare::bare_server;
 pub use buy::once_the_gate_reopens;
-pub use http::{TextOfAnswer, client_builder, code, rfc3339, status_and_json};
+pub use http::{TextOfAnswer, assert_form_refused, client_builder, code, rfc3339, status_and_json};
 pub use shared_redis::{delete_keys, server_on_with};
 pub use shoppers::{orders_status, register, sign_in, try_sign_in, within_spread};
