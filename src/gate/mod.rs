@@ -182,6 +182,14 @@ pub trait StockGate: Send + Sync + 'static {
     /// Drops a product from the gate, so the next load rebuilds it from the database.
     async fn forget(&self, id: ProductId) -> Result<(), GateError>;
 
+    /// Takes a product whose stock buckets no longer sit evenly on the shards that serve them (a
+    /// resharding moved their slots) off sale for a moment, so that the caller loads it again at
+    /// once, its buckets spread anew. True when it did; false when the product is spread as it
+    /// should be, or another process is loading it. A gate without shards never does.
+    async fn respread(&self, _id: ProductId) -> Result<bool, GateError> {
+        Ok(false)
+    }
+
     /// Units left, or `None` when the product is not loaded.
     async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError>;
 }

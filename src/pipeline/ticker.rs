@@ -1,8 +1,9 @@
 //! The once-a-second housekeeping of every process: read products other processes created or
 //! changed, lift sold-out flags where another process's cancel brought stock back, and — on
 //! the scheduler leader only — preheat products whose sale is near, cancel orders whose
-//! payment window closed (returning their stock), make the refunds still due and drop the pay
-//! answers kept for idempotency keys that have expired. The database
+//! payment window closed (returning their stock), make the refunds still due, drop the pay
+//! answers kept for idempotency keys that have expired and spread again the stock buckets a
+//! Redis resharding left uneven. The database
 //! query is the deadline mechanism in embedded mode and the backstop behind the delay queue in
 //! cluster mode, so a crash loses no deadline: the next tick after a restart finds every
 //! overdue order.
@@ -17,6 +18,10 @@ use tokio::task::JoinHandle;
 /// Steps of the leader between two clean-ups of expired pay answers: a day's answers expire
 /// over the day, so once a minute keeps few around without a write every second.
 const STEPS_PER_CLEAN_UP: u64 = 60;
+
+/// Steps of the leader between two checks that every product's stock buckets still sit evenly
+/// on the Redis Cluster's masters: a resharding is rare, and the check reads the cluster's slots.
+const STEPS_PER_RESPREAD: u64 = 5;
 
 /// Starts the housekeeping loop. It stops between steps once `stop` turns true (or its sender
 /// is gone): a cancel is never cut off between the database and the gate.
@@ -58,6 +63,11 @@ pub fn spawn(
                 Ok(0) => {}
                 Ok(n) => tracing::info!(refunded = n, "made refunds that were due"),
                 Err(e) => tracing::warn!(error = %e, "refunds due wait for the next step"),
+            }
+            if led.is_multiple_of(STEPS_PER_RESPREAD)
+                && let Err(e) = sale.respread_uneven().await
+            {
+                tracing::warn!(error = %e, "spreading buckets again waits for the next check");
             }
             led += 1;
             if led.is_multiple_of(STEPS_PER_CLEAN_UP)

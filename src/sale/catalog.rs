@@ -174,6 +174,11 @@ impl Catalog {
         self.ids_where(|_| true)
     }
 
+    /// The products in the gate.
+    pub fn loaded(&self) -> Vec<ProductId> {
+        self.ids_where(|e| e.loaded.load(Ordering::SeqCst))
+    }
+
     pub fn due_for_preheat(&self, now: Millis, preheat_ms: i64) -> Vec<ProductId> {
         self.ids_where(|e| {
             !e.loaded.load(Ordering::SeqCst) && SaleService::is_due(&e.window, now, preheat_ms)

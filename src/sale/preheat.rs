@@ -6,7 +6,7 @@
 
 use super::{SaleParts, SaleService, SaleSettings, unless_not_loaded, unless_rebuild_waits};
 use crate::domain::{
-    IdempotencyKey, Millis, Order, OrderId, Product, ProductId, SaleWindow, UserId,
+    IdempotencyKey, Millis, Order, OrderId, Product, ProductId, SaleWindow, StockBuckets, UserId,
 };
 use crate::gate::GateProduct;
 use std::collections::{HashMap, HashSet};
@@ -65,6 +65,32 @@ impl SaleService {
             }
         }
         waiting.map_or(Ok(()), Err)
+    }
+
+    /// Spreads again the buckets of every loaded product of several that a resharding left
+    /// uneven on the Redis Cluster's masters: each is taken off sale for a moment and loaded
+    /// again from the database (the gate first waits for the worker to store what its outboxes
+    /// held). Run by the scheduler leader every few seconds. The number spread again.
+    pub async fn respread_uneven(&self) -> anyhow::Result<usize> {
+        let mut respread = 0;
+        for id in self.catalog.loaded() {
+            if self
+                .catalog
+                .row(id)
+                .is_none_or(|p| p.buckets == StockBuckets::ONE)
+            {
+                continue;
+            }
+            let _turn = self.preheats.turn().await;
+            if self.gate.respread(id).await? {
+                tracing::info!(product = id.0, "spreading a product's buckets again");
+                metrics::counter!("seckill_gate_respreads_total").increment(1);
+                self.catalog.mark_unloaded(id);
+                self.load(id, false).await?;
+                respread += 1;
+            }
+        }
+        Ok(respread)
     }
 
     /// Loads a product into the gate (unless another process was first), as lost when it was

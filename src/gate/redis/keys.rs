@@ -62,6 +62,11 @@ pub(super) fn layout(prefix: &str, id: ProductId) -> String {
     format!("{prefix}{{{}}}:layout", product_tag(id))
 }
 
+/// The key that one process loading product `id` under `prefix` holds meanwhile.
+pub(super) fn loading(prefix: &str, id: ProductId) -> String {
+    format!("{}:loading", layout(prefix, id))
+}
+
 /// The key of `user`'s claim on idempotency key `key` under `prefix`.
 pub(super) fn claim(prefix: &str, user: UserId, key: &IdempotencyKey) -> String {
     format!("{prefix}{{u:{}}}:key:{key}", user.0)

@@ -4,6 +4,9 @@
 //! serves, the buckets dealt to the masters in turn (a tag left to luck puts 5 or more of 12 on
 //! one of three masters for most products). The loading server writes the tags to
 //! `PREFIX{p:ID}:layout`, so every server uses the same ones whatever topology it saw.
+//! A resharding may move their slots so that some master holds more than its share: the
+//! product is then taken off sale for a moment and loaded again, dealt anew
+//! ([`spread_evenly`], `RedisGate::respread`).
 //!
 //! Each buyer has a home bucket, a fixed hash of their user id: it keeps their holdings and
 //! idempotency keys, so the per-user limit and a retry are decided in one atomic step there.
@@ -107,8 +110,36 @@ pub(super) async fn plan(
     deal(id, buckets, &masters(redis).await)
 }
 
+/// Whether `tags` still sit evenly on the masters `redis` reports (bucket counts per master
+/// differ by at most one), as they were dealt: a resharding may have moved their slots.
+pub(super) async fn spread_evenly(redis: &mut RedisLink, tags: &[String]) -> bool {
+    evenly_on(tags, &masters(redis).await)
+}
+
+/// Whether `tags` sit evenly on `masters` (each a list of slot ranges).
+fn evenly_on(tags: &[String], masters: &[Vec<(u16, u16)>]) -> bool {
+    let mut per_master = vec![0usize; masters.len()];
+    for tag in tags {
+        let slot = slot(tag);
+        if let Some(master) = masters.iter().position(|ranges| {
+            ranges
+                .iter()
+                .any(|&(low, high)| (low..=high).contains(&slot))
+        }) {
+            per_master[master] += 1;
+        }
+    }
+    let most = per_master.iter().max().copied().unwrap_or(0);
+    let least = per_master.iter().min().copied().unwrap_or(0);
+    most - least <= 1
+}
+
 /// The tags of `buckets` buckets of product `id` over `masters` (each a list of slot ranges).
-fn deal(id: ProductId, buckets: StockBuckets, masters: &[Vec<(u16, u16)>]) -> Vec<String> {
+pub(super) fn deal(
+    id: ProductId,
+    buckets: StockBuckets,
+    masters: &[Vec<(u16, u16)>],
+) -> Vec<String> {
     let first = id.0.rem_euclid(masters.len() as i64) as usize;
     (0..buckets.get())
         .map(|bucket| {
@@ -281,6 +312,25 @@ mod tests {
             let distinct: std::collections::HashSet<_> = tags.iter().collect();
             assert_eq!(distinct.len(), 12);
         }
+    }
+
+    #[test]
+    fn buckets_dealt_sit_evenly_until_a_resharding_moves_a_masters_slots() {
+        let three = [vec![(0, 5460)], vec![(5461, 10922)], vec![(10923, 16383)]];
+        let twelve = StockBuckets::parse(12).unwrap();
+        let tags = deal(ProductId(7), twelve, &three);
+        assert!(evenly_on(&tags, &three));
+        // The first master's slots moved to the second: 0 / 8 / 4 over those three, 8 / 4 over
+        // the two that still serve slots.
+        let resharded = [vec![(0, 10922)], vec![(10923, 16383)]];
+        assert!(!evenly_on(&tags, &resharded));
+        assert!(evenly_on(
+            &deal(ProductId(7), twelve, &resharded),
+            &resharded
+        ));
+        // Two buckets on three masters: one master without one is even.
+        let two = deal(ProductId(7), StockBuckets::parse(2).unwrap(), &three);
+        assert!(evenly_on(&two, &three));
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //! - `PREFIX{TAG}:transfers` and `PREFIX{TAG}:got:ID`: units on their way to another bucket, and
 //!   the mark of a transfer received
 //!
-//! and `PREFIX{p:ID}:layout`, the buckets' tags.
+//! and `PREFIX{p:ID}:layout`, the buckets' tags, and `PREFIX{p:ID}:layout:loading`, held by the
+//! one process loading the product or spreading its buckets again after a resharding.
 
 mod batch;
 mod idempotency;
@@ -31,6 +32,7 @@ mod layout;
 mod lua;
 mod outbox;
 mod replicas;
+mod respread;
 mod transfer;
 
 pub use layout::home_bucket;
@@ -272,6 +274,45 @@ impl RedisGate {
         Ok(loaded_now)
     }
 
+    /// Takes product `id`'s loading lock: false when another process holds it.
+    async fn lock_loading(&self, id: ProductId) -> Result<bool, GateError> {
+        redis::cmd("SET")
+            .arg(keys::loading(&self.prefix, id))
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(LOADING_MS)
+            .query_async(&mut self.redis.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Lets the next loader of product `id` in (the lock lapses anyway should this fail).
+    async fn unlock_loading(&self, id: ProductId) {
+        let _: Result<i64, _> = redis::cmd("DEL")
+            .arg(keys::loading(&self.prefix, id))
+            .query_async(&mut self.redis.clone())
+            .await;
+    }
+
+    /// The length of one stream of each bucket of `layout` (`stream` names it).
+    async fn lengths(
+        &self,
+        layout: &Layout,
+        stream: impl Fn(&Keys) -> &String,
+    ) -> Result<Vec<u64>, GateError> {
+        let mut lengths = Vec::with_capacity(layout.len());
+        for keys in &layout.keys {
+            let length: u64 = redis::cmd("XLEN")
+                .arg(stream(keys))
+                .query_async(&mut self.redis.clone())
+                .await
+                .map_err(unavailable)?;
+            lengths.push(length);
+        }
+        Ok(lengths)
+    }
+
     /// Whether each bucket of `layout` is loaded.
     async fn loaded(&self, layout: &Layout) -> Result<Vec<bool>, GateError> {
         let mut loaded = Vec::with_capacity(layout.len());
@@ -356,26 +397,12 @@ async fn config_value(redis: &mut RedisLink, name: &str) -> Option<String> {
 #[async_trait]
 impl StockGate for RedisGate {
     async fn load(&self, p: GateProduct) -> Result<bool, GateError> {
-        let mut redis = self.redis.clone();
         // One loader at a time: another server's load in progress is as good as done.
-        let loading = format!("{}:loading", keys::layout(&self.prefix, p.id));
-        let mine: bool = redis::cmd("SET")
-            .arg(&loading)
-            .arg(1)
-            .arg("NX")
-            .arg("PX")
-            .arg(LOADING_MS)
-            .query_async(&mut redis)
-            .await
-            .map_err(unavailable)?;
-        if !mine {
+        if !self.lock_loading(p.id).await? {
             return Ok(false);
         }
         let loaded = self.load_unless_loaded(&p).await;
-        let _: Result<i64, _> = redis::cmd("DEL")
-            .arg(&loading)
-            .query_async(&mut redis)
-            .await;
+        self.unlock_loading(p.id).await;
         loaded
     }
 
@@ -525,15 +552,7 @@ impl StockGate for RedisGate {
     async fn audit(&self, id: ProductId) -> Result<Option<GateAudit>, GateError> {
         let in_flight = self.outbox(id).await?;
         let layout = self.layout(id).await?;
-        let mut dead = 0;
-        for keys in &layout.keys {
-            let buried: u64 = redis::cmd("XLEN")
-                .arg(&keys.dead)
-                .query_async(&mut self.redis.clone())
-                .await
-                .map_err(unavailable)?;
-            dead += buried;
-        }
+        let dead = self.lengths(&layout, |keys| &keys.dead).await?.iter().sum();
         let remaining = transfer::units_left(&self.redis, &layout).await?;
         Ok(remaining.map(|remaining| GateAudit {
             remaining,
@@ -575,6 +594,19 @@ impl StockGate for RedisGate {
             .map_err(unavailable)?;
         self.layouts.reread(id);
         Ok(())
+    }
+
+    async fn respread(&self, id: ProductId) -> Result<bool, GateError> {
+        let layout = self.layout(id).await?;
+        if layout.len() == 1 || layout::spread_evenly(&mut self.redis.clone(), &layout.tags).await {
+            return Ok(false);
+        }
+        if !self.lock_loading(id).await? {
+            return Ok(false);
+        }
+        let respread = self.respread_holding_lock(id).await;
+        self.unlock_loading(id).await;
+        respread
     }
 
     async fn remaining(&self, id: ProductId) -> Result<Option<i64>, GateError> {
