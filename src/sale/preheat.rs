@@ -67,18 +67,16 @@ impl SaleService {
         waiting.map_or(Ok(()), Err)
     }
 
-    /// Spreads again the buckets of every loaded product of several that a resharding left
+    /// Spreads again the buckets of every selling product of several that a resharding left
     /// uneven on the Redis Cluster's masters: each is taken off sale for a moment and loaded
     /// again from the database (the gate first waits for the worker to store what its outboxes
     /// held). Run by the scheduler leader every few seconds. The number spread again.
     pub async fn respread_uneven(&self) -> anyhow::Result<usize> {
         let mut respread = 0;
+        let now = self.now();
         for id in self.catalog.loaded() {
-            if self
-                .catalog
-                .row(id)
-                .is_none_or(|p| p.buckets == StockBuckets::ONE)
-            {
+            let selling = |p: &Product| p.buckets != StockBuckets::ONE && now < p.window.end;
+            if !self.catalog.row(id).is_some_and(|p| selling(&p)) {
                 continue;
             }
             let _turn = self.preheats.turn().await;
