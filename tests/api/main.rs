@@ -40,6 +40,7 @@ mod redis_failover;
 mod redis_restart;
 mod refunds;
 mod request_heads;
+mod respread;
 mod restart;
 mod rolling_restart;
 mod sale_controls;

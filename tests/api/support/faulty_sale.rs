@@ -8,7 +8,7 @@ use super::http::{client_builder, code, status_and_json};
 use super::probes;
 use super::processes::{Cluster, base_url, launch};
 use reqwest::StatusCode;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -29,6 +29,8 @@ pub struct Answer {
     pub status: StatusCode,
     /// The order id, when accepted.
     pub order: Option<i64>,
+    /// Whether it was refused as sold out.
+    pub sold_out: bool,
     /// How many tries before it were answered `503`.
     pub unavailable: u32,
     /// When each of its tries answered `503 unconfirmed` was sent (the last one's too): Redis
@@ -59,6 +61,7 @@ async fn buy(
     let (status, body) = status_and_json(response).await;
     let answered = Instant::now();
     let mut unconfirmed = Vec::new();
+    let sold_out = status == StatusCode::CONFLICT && code(&body) == "sold_out";
     let order = match status {
         StatusCode::ACCEPTED => Some(body["order_id"].as_str().unwrap().parse().unwrap()),
         StatusCode::CONFLICT => {
@@ -82,6 +85,7 @@ async fn buy(
         answered,
         status,
         order,
+        sold_out,
         unavailable: 0,
         unconfirmed,
     }
@@ -177,6 +181,24 @@ impl Setup<'static> {
     }
 }
 
+/// How a [`FaultySale`]'s crowd arrives, and how far each buyer pushes.
+#[derive(Clone, Copy)]
+pub struct Arrivals {
+    /// The time between two buyers' first buys: zero, the whole crowd at once.
+    pub every: Duration,
+    /// Buys a buyer tries past the per-user limit (each answered `409 limit_reached` when the
+    /// gate keeps the limit, which ends that buyer's buying).
+    pub past_limit: i64,
+}
+
+impl Arrivals {
+    /// The whole crowd at once, each buyer stopping at the limit.
+    pub const AT_ONCE: Self = Self {
+        every: Duration::ZERO,
+        past_limit: 0,
+    };
+}
+
 /// A live sale on two server processes and a worker over the Redis at `redis`, and a crowd
 /// buying from both servers as its [`Setup`] says, each buy tried again while answered `503`;
 /// then the checks every fault must leave true.
@@ -217,6 +239,12 @@ impl FaultySale {
 
     /// Starts the processes and the crowd as `setup` says.
     pub async fn start_with(redis: String, setup: Setup<'_>) -> Self {
+        Self::start_arriving(redis, setup, Arrivals::AT_ONCE).await
+    }
+
+    /// Starts the processes and the crowd as `setup` says, the buyers arriving as `arrivals`
+    /// says.
+    pub async fn start_arriving(redis: String, setup: Setup<'_>, arrivals: Arrivals) -> Self {
         let Setup {
             stock,
             buyers,
@@ -250,9 +278,13 @@ impl FaultySale {
             let server = servers[i % servers.len()].clone();
             let (client, accepted, in_flight) =
                 (client.clone(), accepted.clone(), in_flight.clone());
+            let arrival = arrivals.every * i as u32;
             crowd.push(tokio::spawn(async move {
+                if !arrival.is_zero() {
+                    tokio::time::sleep(arrival).await;
+                }
                 let mut answers = Vec::new();
-                for n in 0..per_user_limit {
+                for n in 0..per_user_limit + arrivals.past_limit {
                     let key = keyed.then(|| format!("buy-{n}"));
                     let answer = {
                         let _permit = in_flight.acquire().await.unwrap();
@@ -292,16 +324,24 @@ impl FaultySale {
 
     /// The hash tags of the product's stock buckets, as the server that loaded it wrote them.
     pub async fn bucket_tags(&self) -> Vec<String> {
+        self.layout_tags()
+            .await
+            .expect("the product's layout in Redis")
+    }
+
+    /// The hash tags of the product's stock buckets in Redis now: `None` while Redis holds
+    /// none (the product unloaded) or answers the read with an error (its slot moving).
+    pub async fn layout_tags(&self) -> Option<Vec<String>> {
         let mut redis = seckill::redis_link::connect(&self.redis).await.unwrap();
-        let layout: String = redis::cmd("GET")
+        let layout: Option<String> = redis::cmd("GET")
             .arg(format!(
                 "{}{{p:{}}}:layout",
                 self.cluster.prefix, self.product
             ))
             .query_async(&mut redis)
             .await
-            .unwrap();
-        layout.split(' ').map(str::to_owned).collect()
+            .ok()?;
+        Some(layout?.split(' ').map(str::to_owned).collect())
     }
 
     /// Waits until the crowd has `n` orders accepted.
@@ -454,6 +494,24 @@ impl FaultySale {
         assert!(units <= self.stock, "{units} units sold of {}", self.stock);
         assert_eq!(left, self.stock - units, "stock taken once per order");
         ids
+    }
+
+    /// The units of the product each buyer holds in stored orders (not cancelled), by user id.
+    pub async fn units_by_buyer(&self) -> HashMap<i64, i64> {
+        let pool = self.observer.pool().await;
+        let orders: Vec<(i64, i64)> = sqlx::query_as(self.observer.db.sql(
+            "SELECT user_id, quantity FROM orders WHERE product_id = ? AND status <> 'cancelled'",
+        ))
+        .bind(self.product)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        let mut held = HashMap::new();
+        for (user, units) in orders {
+            *held.entry(user).or_insert(0) += units;
+        }
+        held
     }
 
     /// `seckill reconcile` over the processes' backends: whether it found every product

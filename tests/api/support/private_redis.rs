@@ -218,6 +218,41 @@ pub struct PrivateCluster {
     nodes: Vec<(u16, Option<Child>)>,
 }
 
+/// A master of a [`PrivateCluster`] that serves slots.
+#[derive(Clone, Debug)]
+pub struct Master {
+    /// Its port.
+    pub port: u16,
+    /// Its node id.
+    pub id: String,
+    /// How many slots it serves.
+    pub slots: usize,
+}
+
+/// The slot ranges a line of `CLUSTER NODES` (split at whitespace) says its node serves,
+/// without the slots being moved to or from it (`[slot->-node]`, `[slot-<-node]`).
+fn slot_ranges<'a>(
+    fields: &'a [&'a str],
+) -> impl Iterator<Item = std::ops::RangeInclusive<i64>> + 'a {
+    fields[8..].iter().filter_map(|range| {
+        let (low, high) = range.split_once('-').unwrap_or((range, range));
+        Some(low.parse::<i64>().ok()?..=high.parse::<i64>().ok()?)
+    })
+}
+
+/// The port of the node a line of `CLUSTER NODES` (split at whitespace) names.
+fn node_port(fields: &[&str]) -> u16 {
+    let address = fields[1].split('@').next().unwrap();
+    address.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// The last lines of a program's output, for a failure's message.
+fn tail(output: &[u8]) -> String {
+    let text = String::from_utf8_lossy(output);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
 /// How long a node may not answer before the others fail it over, in ms.
 const NODE_TIMEOUT_MS: &str = "1000";
 
@@ -348,19 +383,54 @@ impl PrivateCluster {
             if !flags.contains("master") || flags.contains("fail") {
                 continue;
             }
-            let serves = fields[8..].iter().any(|range| {
-                let (low, high) = range.split_once('-').unwrap_or((range, range));
-                match (low.parse::<i64>(), high.parse::<i64>()) {
-                    (Ok(low), Ok(high)) => (low..=high).contains(&slot),
-                    _ => false,
-                }
-            });
-            if serves {
-                let address = fields[1].split('@').next().unwrap();
-                return Some(address.rsplit(':').next().unwrap().parse().unwrap());
+            if slot_ranges(&fields).any(|range| range.contains(&slot)) {
+                return Some(node_port(&fields));
             }
         }
         None
+    }
+
+    /// The masters that serve slots now, as the first running node sees them (a master left
+    /// without slots is not one of them).
+    pub async fn masters(&self) -> Vec<Master> {
+        let asked = self.running().next().expect("a running node");
+        let nodes: String = ask(asked, &["CLUSTER", "NODES"]).await.unwrap();
+        let mut masters: Vec<Master> = nodes
+            .lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .filter(|fields| fields[2].contains("master") && !fields[2].contains("fail"))
+            .map(|fields| Master {
+                port: node_port(&fields),
+                id: fields[0].to_owned(),
+                slots: slot_ranges(&fields).map(|range| range.count()).sum(),
+            })
+            .filter(|master| master.slots > 0)
+            .collect();
+        masters.sort_by_key(|master| master.port);
+        masters
+    }
+
+    /// Moves every slot of the master `from` to the master `to`, keys and all, with `redis-cli
+    /// --cluster reshard` (as an operator empties a node), while the processes go on using the
+    /// cluster; returns once every node sees the cluster whole again.
+    pub async fn reshard_all(&self, from: &Master, to: &Master) {
+        let moved = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("reshard")
+            .arg(format!("127.0.0.1:{}", to.port))
+            .args(["--cluster-from", &from.id, "--cluster-to", &to.id])
+            .args(["--cluster-slots", &from.slots.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("running redis-cli --cluster reshard");
+        assert!(
+            moved.status.success(),
+            "redis-cli --cluster reshard failed: {}{}",
+            tail(&moved.stdout),
+            String::from_utf8_lossy(&moved.stderr)
+        );
+        self.wait_whole().await;
     }
 
     /// The local port of the replication connection the master on `port` has from its one
