@@ -446,17 +446,25 @@ impl FaultySale {
         }
     }
 
-    /// Waits until the worker has emptied the product's outbox.
+    /// Waits until the worker has emptied the outboxes of the product's buckets.
     pub async fn drained(&self) {
         let mut redis = seckill::redis_link::connect(&self.redis).await.unwrap();
-        let outbox = format!("{}{{p:{}}}:outbox", self.cluster.prefix, self.product);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let waiting: u64 = redis::cmd("XLEN")
-                .arg(&outbox)
-                .query_async(&mut redis)
+            let tags = self
+                .layout_tags()
                 .await
-                .unwrap();
+                .unwrap_or_else(|| vec![format!("p:{}", self.product)]);
+            let mut waiting = 0;
+            for tag in tags {
+                let outbox = format!("{}{{{tag}}}:outbox", self.cluster.prefix);
+                let length: u64 = redis::cmd("XLEN")
+                    .arg(&outbox)
+                    .query_async(&mut redis)
+                    .await
+                    .unwrap();
+                waiting += length;
+            }
             if waiting == 0 {
                 return;
             }
