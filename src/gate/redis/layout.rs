@@ -107,13 +107,21 @@ pub(super) async fn plan(
     if buckets == StockBuckets::ONE {
         return vec![keys::product_tag(id)];
     }
-    deal(id, buckets, &masters(redis).await)
+    deal(
+        id,
+        buckets,
+        &masters(redis).await.unwrap_or_else(three_parts),
+    )
 }
 
 /// Whether `tags` still sit evenly on the masters `redis` reports (bucket counts per master
-/// differ by at most one), as they were dealt: a resharding may have moved their slots.
+/// differ by at most one), as they were dealt: a resharding may have moved their slots. A
+/// cluster that does not say where its slots are (failing over) is taken to be even: the next
+/// check asks again.
 pub(super) async fn spread_evenly(redis: &mut RedisLink, tags: &[String]) -> bool {
-    evenly_on(tags, &masters(redis).await)
+    let masters = masters(redis).await;
+    (redis.is_cluster() && masters.is_none())
+        || evenly_on(tags, &masters.unwrap_or_else(three_parts))
 }
 
 /// Whether `tags` sit evenly on `masters` (each a list of slot ranges).
@@ -157,9 +165,9 @@ pub(super) fn deal(
         .collect()
 }
 
-/// The slot ranges of each master, masters in the order of their node ids; a Redis that is no
-/// cluster (or does not say) is split into three even parts, so the tags still differ.
-async fn masters(redis: &mut RedisLink) -> Vec<Vec<(u16, u16)>> {
+/// The slot ranges of each master, masters in the order of their node ids; `None` from a Redis
+/// that is no cluster or does not say.
+async fn masters(redis: &mut RedisLink) -> Option<Vec<Vec<(u16, u16)>>> {
     let reply: redis::RedisResult<Vec<Vec<Value>>> =
         redis::cmd("CLUSTER").arg("SLOTS").query_async(redis).await;
     let mut by_node: HashMap<String, Vec<(u16, u16)>> = HashMap::new();
@@ -181,16 +189,18 @@ async fn masters(redis: &mut RedisLink) -> Vec<Vec<(u16, u16)>> {
     let mut nodes: Vec<_> = by_node.into_iter().collect();
     nodes.sort();
     let masters: Vec<_> = nodes.into_iter().map(|(_, ranges)| ranges).collect();
-    if masters.is_empty() {
-        let third = SLOTS / 3;
-        vec![
-            vec![(0, third - 1)],
-            vec![(third, 2 * third - 1)],
-            vec![(2 * third, SLOTS - 1)],
-        ]
-    } else {
-        masters
-    }
+    (!masters.is_empty()).then_some(masters)
+}
+
+/// The slots split into three even parts, as the masters of a Redis that is no cluster, so its
+/// buckets' tags still differ.
+fn three_parts() -> Vec<Vec<(u16, u16)>> {
+    let third = SLOTS / 3;
+    vec![
+        vec![(0, third - 1)],
+        vec![(third, 2 * third - 1)],
+        vec![(2 * third, SLOTS - 1)],
+    ]
 }
 
 /// The layouts this process knows, read from Redis on first use.
