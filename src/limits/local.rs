@@ -6,7 +6,7 @@
 //! signed in with), and a flood of new ones within one window must not grow memory without end.
 //! Past it, an id without a bucket is counted in the one bucket of [`Id::Overflow`].
 
-use super::{Hit, Id, Key, Limiter, Quota, Refused};
+use super::{Hit, Id, IdHasher, Key, Limiter, Quota, Refused};
 use async_trait::async_trait;
 use governor::RateLimiter;
 use governor::clock::{Clock, DefaultClock};
@@ -42,7 +42,7 @@ struct Buckets {
 /// A bucket per id, at most `max` (normally [`MAX_KEYS`]); past that, new ids share
 /// [`Id::Overflow`]'s.
 struct Capped {
-    by_id: DashMapStateStore<Id>,
+    by_id: DashMapStateStore<Id, IdHasher>,
     max: usize,
 }
 
@@ -118,7 +118,7 @@ impl LocalLimiter {
                     by_id: RateLimiter::new(
                         gcra(quota),
                         Capped {
-                            by_id: DashMapStateStore::default(),
+                            by_id: DashMapStateStore::with_hasher(IdHasher::default()),
                             max: self.max_keys,
                         },
                         self.clock.clone(),

@@ -76,6 +76,14 @@ impl Key {
     }
 }
 
+/// What the maps by [`Id`] hash with: `foldhash`, seeded at random for each map (ids come from
+/// outside, so a client cannot choose ones that collide), at a fraction of the cost of the
+/// standard library's SipHash; every buy looks up several ids.
+pub type IdHasher = foldhash::fast::RandomState;
+
+/// A map by [`Id`], hashed with [`IdHasher`].
+pub type IdMap<V> = std::collections::HashMap<Id, V, IdHasher>;
+
 /// Whose requests a key counts: numbers and addresses are kept as they are, so counting a
 /// user or an address makes no text on the buy path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -7,8 +7,7 @@
 //! weighted by the part of it the sliding window still covers, as if its requests had come
 //! evenly.
 
-use super::super::{Id, Quota};
-use std::collections::HashMap;
+use super::super::{Id, IdMap, Quota};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -53,7 +52,7 @@ struct Windows {
 #[derive(Default)]
 struct Window {
     number: u64,
-    by_id: HashMap<Id, Entry>,
+    by_id: IdMap<Entry>,
     /// The ids with requests not yet taken by a sync, each once.
     dirty: Vec<Id>,
 }
@@ -99,39 +98,45 @@ impl Window {
         }
     }
 
-    /// The id `id` is counted as: itself if the window holds it or has room, else the
-    /// overflow.
-    fn counted_as<'a>(&self, id: &'a Id, max_keys: usize) -> &'a Id {
+    /// Counts one request of `id` here, not yet sent, if `decide` lets it pass with the
+    /// window's count so far: `id` itself if the window holds it or has room, else the
+    /// overflow. One lookup for an id the window holds.
+    fn hit(
+        &mut self,
+        id: &Id,
+        max_keys: usize,
+        decide: impl Fn(&Entry) -> Result<(), Duration>,
+    ) -> Result<(), Duration> {
         static OVERFLOW: Id = Id::Overflow;
-        if self.by_id.contains_key(id) || self.by_id.len() < max_keys {
+        let Self { by_id, dirty, .. } = self;
+        let id = if by_id.len() < max_keys || by_id.contains_key(id) {
             id
         } else {
             &OVERFLOW
-        }
-    }
-
-    /// Counts one request of `id` here, not yet sent.
-    fn count(&mut self, id: &Id) {
-        match self.by_id.get_mut(id) {
+        };
+        match by_id.get_mut(id) {
             Some(entry) => {
+                decide(entry)?;
                 entry.unsent = entry.unsent.saturating_add(1);
                 entry.own = entry.own.saturating_add(1);
                 if !entry.dirty {
                     entry.dirty = true;
-                    self.dirty.push(id.clone());
+                    dirty.push(id.clone());
                 }
             }
             None => {
+                decide(&Entry::default())?;
                 let entry = Entry {
                     unsent: 1,
                     own: 1,
                     dirty: true,
                     ..Entry::default()
                 };
-                self.by_id.insert(id.clone(), entry);
-                self.dirty.push(id.clone());
+                by_id.insert(id.clone(), entry);
+                dirty.push(id.clone());
             }
         }
+        Ok(())
     }
 }
 
@@ -183,16 +188,14 @@ impl Limit {
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         windows.roll(now_ms / window);
         let previous = windows.previous.by_id.get(id).copied().unwrap_or_default();
-        let id = windows.current.counted_as(id, max_keys);
-        let current = windows.current.by_id.get(id).copied().unwrap_or_default();
         let quota = self.quota.limit();
-        if let Mode::Alone { servers } = mode {
-            let share = (quota / servers.max(1)).max(1);
-            estimate(share, window, elapsed, previous.own, current.own)?;
-        }
-        estimate(quota, window, elapsed, previous.total(), current.total())?;
-        windows.current.count(id);
-        Ok(())
+        windows.current.hit(id, max_keys, |current| {
+            if let Mode::Alone { servers } = mode {
+                let share = (quota / servers.max(1)).max(1);
+                estimate(share, window, elapsed, previous.own, current.own)?;
+            }
+            estimate(quota, window, elapsed, previous.total(), current.total())
+        })
     }
 
     /// Takes the window's new requests for one sync: the ids with requests in the previous and

@@ -35,7 +35,7 @@
 
 mod counts;
 
-use super::{Hit, Limiter, Refused};
+use super::{Hit, Id, Limiter, Refused};
 use crate::clock::LogEvery;
 use crate::redis_link::{RedisLink, ScriptRequest};
 use async_trait::async_trait;
@@ -271,7 +271,12 @@ impl Sync {
             for chunk in group.ids.chunks(MAX_IDS) {
                 command.arg(expire).arg(chunk.len());
                 for (id, add) in chunk {
-                    command.arg(id.to_string()).arg(*add);
+                    // A number as its digits, written without a `String` of its own.
+                    match id {
+                        Id::Number(number) => command.arg(*number),
+                        other => command.arg(other.to_string()),
+                    };
+                    command.arg(*add);
                 }
             }
         }
