@@ -340,15 +340,24 @@ fn decode_accepted(value: &str) -> Option<Accepted> {
     Some(Accepted { node, since, units })
 }
 
-/// `order:product:user:quantity`.
+/// `order:product:user:quantity`, the numbers written by `itoa` (one for each order answered
+/// 202, so not through `format!`'s machinery).
 fn encode_answered(answered: &Answered) -> String {
-    format!(
-        "{}:{}:{}:{}",
+    let numbers = [
         answered.order.0,
         answered.product.0,
         answered.user.0,
-        answered.quantity.get()
-    )
+        i64::from(answered.quantity.get()),
+    ];
+    let mut digits = itoa::Buffer::new();
+    let mut text = String::with_capacity(64);
+    for (at, number) in numbers.into_iter().enumerate() {
+        if at > 0 {
+            text.push(':');
+        }
+        text.push_str(digits.format(number));
+    }
+    text
 }
 
 /// An order answered as [`encode_answered`] wrote it; `None` when it does not read.
@@ -415,6 +424,7 @@ mod tests {
             user: UserId(42),
             quantity: Quantity::parse(2).unwrap(),
         };
+        assert_eq!(encode_answered(&answered), "7000000000123:3:42:2");
         assert_eq!(decode_answered(&encode_answered(&answered)), Some(answered));
         for bad in ["", "1:2:3", "1:2:3:0", "1:2:3:101", "1:2:3:1:5", "x:2:3:1"] {
             assert_eq!(decode_answered(bad), None, "{bad:?}");
