@@ -132,8 +132,9 @@ if ARGV[2] ~= '' then
     return 0
   end
 end
-for i = 7, #ARGV, 2 do
-  redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1])
+-- A call adds up to 500 orders: each call has a fixed cost, and Lua's stack bounds one's arguments.
+for i = 7, #ARGV, 1000 do
+  redis.call('ZADD', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[4])
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[5]) + 1))
@@ -523,6 +524,17 @@ mod tests {
                 .share_answers(&share(Some(5), 5, vec![]))
                 .await
                 .unwrap()
+        );
+        // A share of more orders than one ZADD of the script adds: every one is held.
+        assert!(
+            fleet
+                .share_answers(&share(None, 1_201, (1..=1_201).map(order).collect()))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            users(fleet.answered().await.unwrap()),
+            (vec![4], (1..=1_201).collect())
         );
         let _: () = redis::cmd("DEL")
             .arg(&fleet.answering_key)
