@@ -208,7 +208,7 @@ impl Sync {
     async fn once(&mut self, shared: &Shared, groups: Vec<Group>) {
         let now = now_ms();
         let command = self.command(&groups, now);
-        let call = crate::redis_link::evalsha::<Vec<u64>>(
+        let call = crate::redis_link::evalsha::<String>(
             &mut self.redis,
             &SYNC,
             ScriptRequest::Alone(&command),
@@ -216,11 +216,7 @@ impl Sync {
         let expected = 1 + groups.iter().map(|g| g.ids.len()).sum::<usize>();
         let answer: anyhow::Result<Vec<u64>> =
             match tokio::time::timeout(FALLBACK_AFTER, call).await {
-                Ok(Ok(answers)) if answers.len() == expected => Ok(answers),
-                Ok(Ok(answers)) => Err(anyhow::anyhow!(
-                    "the rate-limit sync answered {} values for {expected}",
-                    answers.len()
-                )),
+                Ok(Ok(text)) => numbers(&text, expected),
                 Ok(Err(e)) => Err(anyhow::anyhow!("Redis: {e}")),
                 Err(_) => Err(anyhow::anyhow!(
                     "Redis did not answer within {FALLBACK_AFTER:?}"
@@ -284,6 +280,23 @@ impl Sync {
     }
 }
 
+/// The sync's answer, `expected` numbers joined by commas (`sync.lua`).
+fn numbers(text: &str, expected: usize) -> anyhow::Result<Vec<u64>> {
+    let answers = text
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|e| {
+            anyhow::anyhow!("the rate-limit sync answered a value that is not a count: {e}")
+        })?;
+    anyhow::ensure!(
+        answers.len() == expected,
+        "the rate-limit sync answered {} values for {expected}",
+        answers.len()
+    );
+    Ok(answers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +321,21 @@ mod tests {
     async fn sync((limiter, sync): &mut (RedisLimiter, Sync)) {
         let groups = limiter.shared.counts.take();
         sync.once(&limiter.shared, groups).await;
+    }
+
+    #[test]
+    fn a_sync_answer_is_read_as_its_numbers_and_nothing_else() {
+        assert_eq!(
+            numbers("2,0,17,4294967296", 4).unwrap(),
+            [2, 0, 17, 1 << 32]
+        );
+        assert!(numbers("2,0,17", 4).is_err(), "a value missing");
+        assert!(numbers("2,0,17,1,1", 4).is_err(), "a value too many");
+        assert!(
+            numbers("2,0,1.5,1", 4).is_err(),
+            "a value that is not a count"
+        );
+        assert!(numbers("", 1).is_err(), "nothing");
     }
 
     /// How many of `most` requests of `hits` pass `limiter`, stopping at the first refused.
