@@ -91,11 +91,22 @@ if per == 5 then
     return tonumber(had) == units and first
   end
 end
+-- The numbers of a call's texts, each converted once: most buys of a call share their units and
+-- their millisecond.
+local numbers = {}
+local function number(text)
+  local n = numbers[text]
+  if not n then
+    n = tonumber(text)
+    numbers[text] = n
+  end
+  return n
+end
 local held, bought, sold, replayed = {}, {}, 0, false
 for i = 0, buys - 1 do
   local at = per * i
   local user, order = users[i + 1], ARGV[at + 4]
-  local units, now = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local units, now = number(ARGV[at + 2]), number(ARGV[at + 3])
   local code, first = 0, nil
   if kept then
     first = retried(ARGV[at + 5], units, now)
@@ -114,7 +125,7 @@ for i = 0, buys - 1 do
     code = -6
   else
     -- What the buyer held before this batch, or after their earlier buys in it.
-    local has = held[user] or tonumber(stored[i + 1] or '0')
+    local has = held[user] or number(stored[i + 1] or '0')
     held[user] = has
     if has + units > limit then
       code = -4
@@ -145,7 +156,8 @@ if sold > 0 then
   local holdings = {}
   for user in pairs(bought) do
     holdings[#holdings + 1] = user
-    holdings[#holdings + 1] = held[user]
+    -- As text already: redis.call prints a Lua number with '%.17g', a slower path than '%d'.
+    holdings[#holdings + 1] = string.format('%d', held[user])
   end
   redis.call('HSET', KEYS[2], unpack(holdings))
   redis.call('HINCRBY', KEYS[1], 'remaining', -sold)
