@@ -100,7 +100,8 @@ impl Window {
 
     /// Counts one request of `id` here, not yet sent, if `decide` lets it pass with the
     /// window's count so far: `id` itself if the window holds it or has room, else the
-    /// overflow. One lookup for an id the window holds.
+    /// overflow. One lookup for an id the window holds while it has room for more (a full one
+    /// asks first whether it holds the id).
     fn hit(
         &mut self,
         id: &Id,
