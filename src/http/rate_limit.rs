@@ -207,7 +207,7 @@ impl RateLimits {
             Some(product) => {
                 let sale = match product.event_id {
                     Some(event) => self.event.hit(event),
-                    None => self.event.hit(format!("p{}", product.id.0)),
+                    None => self.event.hit(Id::Product(product.id.0)),
                 };
                 self.check([ip, user, (&self.event, sale)]).await
             }

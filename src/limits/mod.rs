@@ -89,6 +89,9 @@ pub type IdMap<V> = std::collections::HashMap<Id, V, IdHasher>;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Id {
     Number(i64),
+    /// A product sold outside any sale event, which is a sale of its own: written `p` and its
+    /// id, apart from the events' numbers.
+    Product(i64),
     Address(IpAddr),
     Name(Box<str>),
     /// A name as used from one address (see [`network`](crate::domain::network)): one account's sign-ins from one
@@ -135,6 +138,7 @@ impl fmt::Display for Id {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Number(number) => number.fmt(f),
+            Self::Product(id) => write!(f, "p{id}"),
             Self::Address(address) => address.fmt(f),
             Self::Name(name) => name.fmt(f),
             Self::NameAt(name, address) => write!(f, "{name}@{address}"),
@@ -194,6 +198,12 @@ mod tests {
         );
         let zero = Quota::per_window(0, Duration::ZERO);
         assert_eq!((zero.limit(), zero.window()), (1, Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_product_without_an_event_is_keyed_apart_from_the_event_of_its_number() {
+        assert_eq!(Id::Product(7).to_string(), "p7");
+        assert_ne!(Id::Product(7), Id::Number(7));
     }
 
     #[test]
