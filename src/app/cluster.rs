@@ -146,13 +146,12 @@ impl Cluster {
         self.gate.clone()
     }
 
-    /// Rate limits shared with every server through Redis, after `local`.
-    pub(super) fn limiter(&self, local: Arc<dyn Limiter>) -> Arc<dyn Limiter> {
+    /// Rate limits shared with every server through Redis.
+    pub(super) fn limiter(&self) -> Arc<dyn Limiter> {
         Arc::new(RedisLimiter::new(
             self.redis.clone(),
             &self.prefix,
             self.node_id,
-            local,
         ))
     }
 

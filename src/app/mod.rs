@@ -159,12 +159,11 @@ impl Mode {
     }
 
     /// What counts requests against the rate limits: this process alone, or every server
-    /// through Redis (after this process).
+    /// through Redis.
     fn limiter(&self) -> Arc<dyn Limiter> {
-        let local = Arc::new(LocalLimiter::default());
         match self {
-            Self::Embedded { .. } => local,
-            Self::Cluster(cluster) => cluster.limiter(local),
+            Self::Embedded { .. } => Arc::new(LocalLimiter::default()),
+            Self::Cluster(cluster) => cluster.limiter(),
         }
     }
 

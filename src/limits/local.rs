@@ -1,6 +1,6 @@
 //! The throttles of one process: a GCRA token bucket per key (`governor`), `limit` requests at
 //! once and then one every `window / limit`, forgotten once full again. Embedded mode counts
-//! only here; the shared limiter counts here first.
+//! here; cluster mode keeps buckets of the same kind beside its shared counts (`redis/`).
 //!
 //! A limit holds at most [`MAX_KEYS`] buckets: the ids come from outside (addresses, the names
 //! signed in with), and a flood of new ones within one window must not grow memory without end.

@@ -5,7 +5,10 @@
 //!
 //! The decision is the two-window estimate: the current window's count plus the previous one's
 //! weighted by the part of it the sliding window still covers, as if its requests had come
-//! evenly.
+//! evenly. Before it, this process's own requests of the id pass a token bucket of the same
+//! quota (GCRA: `limit` at once, then one every `window / limit`), so a client that waits the
+//! `Retry-After` of a refusal by this process gets through, and no server lets a key through
+//! more than its quota by itself.
 
 use super::super::{Id, IdMap, Quota};
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,6 +23,16 @@ pub(super) enum Mode {
     /// (the quota divided by `servers`, the servers last seen alive), counting only its own
     /// requests of the window.
     Alone { servers: u32 },
+}
+
+/// Whom one request is counted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reach {
+    /// Every server: sent with the next sync, and decided on the shared totals too.
+    Fleet,
+    /// This process only, in its token bucket: a request it answers by itself, which costs the
+    /// others nothing.
+    Here,
 }
 
 /// Every limit this process counts for.
@@ -38,6 +51,11 @@ pub(super) struct Limit {
     pub(super) quota: Quota,
     /// The window's length (ms), at least 1.
     pub(super) window_ms: u64,
+    /// The token bucket's time between two requests (ns): the window over the limit.
+    period_ns: u64,
+    /// How far ahead of now the bucket's due time may be when a request passes (ns): the
+    /// period times one less than the limit, which lets `limit` requests through at once.
+    tolerance_ns: u64,
     /// Its two windows, locked for one request's decision or one sync's take or settle.
     windows: Mutex<Windows>,
 }
@@ -68,6 +86,9 @@ struct Entry {
     unsent: u32,
     /// This process's requests of the window, all of them: its share when Redis is away.
     own: u32,
+    /// When this process's token bucket for the id is full again (Unix ns), as its last
+    /// request in this window left it; the bucket of the id is the later of its two windows'.
+    due_ns: u64,
     /// Whether it is in its window's `dirty` list.
     dirty: bool,
 }
@@ -98,15 +119,17 @@ impl Window {
         }
     }
 
-    /// Counts one request of `id` here, not yet sent, if `decide` lets it pass with the
-    /// window's count so far: `id` itself if the window holds it or has room, else the
-    /// overflow. One lookup for an id the window holds while it has room for more (a full one
-    /// asks first whether it holds the id).
+    /// Counts one request of `id` here for `reach` (for [`Reach::Fleet`], not yet sent), if
+    /// `decide` lets it pass with the window's count so far (and says when the id's bucket is
+    /// due then): `id` itself if the window holds it or has room, else the overflow. One lookup
+    /// for an id the window holds while it has room for more (a full one asks first whether it
+    /// holds the id).
     fn hit(
         &mut self,
         id: &Id,
+        reach: Reach,
         max_keys: usize,
-        decide: impl Fn(&Entry) -> Result<(), Duration>,
+        decide: impl Fn(&Entry) -> Result<u64, Duration>,
     ) -> Result<(), Duration> {
         static OVERFLOW: Id = Id::Overflow;
         let Self { by_id, dirty, .. } = self;
@@ -115,25 +138,26 @@ impl Window {
         } else {
             &OVERFLOW
         };
-        match by_id.get_mut(id) {
+        let entry = match by_id.get_mut(id) {
             Some(entry) => {
-                decide(entry)?;
-                entry.unsent = entry.unsent.saturating_add(1);
-                entry.own = entry.own.saturating_add(1);
-                if !entry.dirty {
-                    entry.dirty = true;
-                    dirty.push(id.clone());
-                }
+                let due_ns = decide(entry)?;
+                entry.due_ns = due_ns;
+                entry
             }
             None => {
-                decide(&Entry::default())?;
+                let due_ns = decide(&Entry::default())?;
                 let entry = Entry {
-                    unsent: 1,
-                    own: 1,
-                    dirty: true,
+                    due_ns,
                     ..Entry::default()
                 };
-                by_id.insert(id.clone(), entry);
+                by_id.entry(id.clone()).or_insert(entry)
+            }
+        };
+        if reach == Reach::Fleet {
+            entry.unsent = entry.unsent.saturating_add(1);
+            entry.own = entry.own.saturating_add(1);
+            if !entry.dirty {
+                entry.dirty = true;
                 dirty.push(id.clone());
             }
         }
@@ -170,10 +194,14 @@ impl Windows {
 
 impl Limit {
     fn new(scope: &'static str, quota: Quota) -> Self {
+        let period_ns = (quota.window().as_nanos() / u128::from(quota.limit())).max(1);
+        let period_ns = u64::try_from(period_ns).unwrap_or(u64::MAX);
         Self {
             scope,
             quota,
             window_ms: (quota.window().as_millis() as u64).max(1),
+            period_ns,
+            tolerance_ns: period_ns.saturating_mul(u64::from(quota.limit() - 1)),
             windows: Mutex::new(Windows {
                 current: Window::new(0),
                 previous: Window::new(0),
@@ -181,21 +209,37 @@ impl Limit {
         }
     }
 
-    /// Counts one request by `id` at `now_ms` (Unix ms), unless it is over the limit: then how
-    /// long until it would pass.
-    fn hit(&self, id: &Id, now_ms: u64, mode: Mode, max_keys: usize) -> Result<(), Duration> {
+    /// Counts one request by `id` at `now_ms` (Unix ms) for `reach`, unless it is over the
+    /// limit: then how long until it would pass.
+    fn hit(
+        &self,
+        id: &Id,
+        now_ms: u64,
+        mode: Mode,
+        reach: Reach,
+        max_keys: usize,
+    ) -> Result<(), Duration> {
         let window = self.window_ms;
         let elapsed = now_ms % window;
+        let now_ns = now_ms.saturating_mul(1_000_000);
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         windows.roll(now_ms / window);
         let previous = windows.previous.by_id.get(id).copied().unwrap_or_default();
         let quota = self.quota.limit();
-        windows.current.hit(id, max_keys, |current| {
-            if let Mode::Alone { servers } = mode {
-                let share = (quota / servers.max(1)).max(1);
-                estimate(share, window, elapsed, previous.own, current.own)?;
+        windows.current.hit(id, reach, max_keys, |current| {
+            let due_ns = previous.due_ns.max(current.due_ns);
+            let earliest_ns = due_ns.saturating_sub(self.tolerance_ns);
+            if now_ns < earliest_ns {
+                return Err(Duration::from_nanos(earliest_ns - now_ns));
             }
-            estimate(quota, window, elapsed, previous.total(), current.total())
+            if reach == Reach::Fleet {
+                if let Mode::Alone { servers } = mode {
+                    let share = (quota / servers.max(1)).max(1);
+                    estimate(share, window, elapsed, previous.own, current.own)?;
+                }
+                estimate(quota, window, elapsed, previous.total(), current.total())?;
+            }
+            Ok(due_ns.max(now_ns).saturating_add(self.period_ns))
         })
     }
 
@@ -305,7 +349,8 @@ impl Counts {
         limit
     }
 
-    /// Counts one request by `id` against `scope`'s `quota` at `now_ms`, unless over it.
+    /// Counts one request by `id` against `scope`'s `quota` at `now_ms` for `reach`, unless
+    /// over it.
     pub(super) fn hit(
         &self,
         scope: &'static str,
@@ -313,9 +358,10 @@ impl Counts {
         id: &Id,
         now_ms: u64,
         mode: Mode,
+        reach: Reach,
     ) -> Result<(), Duration> {
         self.limit(scope, quota)
-            .hit(id, now_ms, mode, self.max_keys)
+            .hit(id, now_ms, mode, reach, self.max_keys)
     }
 
     /// Takes every limit's new requests for one sync (in flight until [`Self::settle`]).
@@ -405,7 +451,10 @@ mod tests {
     /// How many requests of `name` pass `counts` at `now`, stopping at the first refused.
     fn passes(counts: &Counts, name: &str, limit: u32, now: u64, mode: Mode) -> u32 {
         let mut passed = 0;
-        while counts.hit("t", quota(limit), &id(name), now, mode).is_ok() {
+        while counts
+            .hit("t", quota(limit), &id(name), now, mode, Reach::Fleet)
+            .is_ok()
+        {
             passed += 1;
         }
         passed
@@ -427,7 +476,7 @@ mod tests {
     fn a_request_is_decided_on_the_last_shared_total_and_this_process_s_requests_since() {
         let counts = Counts::new(100);
         counts
-            .hit("t", quota(10), &id("a"), NOW, Mode::Shared)
+            .hit("t", quota(10), &id("a"), NOW, Mode::Shared, Reach::Fleet)
             .unwrap();
         let groups = counts.take();
         assert_eq!(
@@ -438,7 +487,7 @@ mod tests {
         // Redis answers: 2 in the previous window, 6 in this one (5 of other servers).
         counts.settle(groups, Some(&[2, 6]));
         counts
-            .hit("t", quota(10), &id("a"), NOW, Mode::Shared)
+            .hit("t", quota(10), &id("a"), NOW, Mode::Shared, Reach::Fleet)
             .unwrap();
         // 2 × 50/60 + 7 + 1 = 9.7: one more, then 10.7 is over.
         assert_eq!(passes(&counts, "a", 10, NOW, Mode::Shared), 1);
@@ -454,7 +503,7 @@ mod tests {
         let counts = Counts::new(100);
         for _ in 0..2 {
             counts
-                .hit("t", quota(10), &id("a"), NOW, Mode::Shared)
+                .hit("t", quota(10), &id("a"), NOW, Mode::Shared, Reach::Fleet)
                 .unwrap();
         }
         let groups = counts.take();
@@ -466,6 +515,29 @@ mod tests {
             adds(&counts.take()),
             [(999, "a".into(), 0), (1000, "a".into(), 10)]
         );
+    }
+
+    #[test]
+    fn this_process_s_requests_pass_its_bucket_first_the_limit_at_once_then_one_a_period() {
+        let counts = Counts::new(100);
+        // 3 a minute: at once, then one every 20 s.
+        let here = |now| counts.hit("t", quota(3), &id("a"), now, Mode::Shared, Reach::Here);
+        for _ in 0..3 {
+            here(NOW).unwrap();
+        }
+        assert!(counts.take().is_empty(), "nothing to send");
+        assert_eq!(here(NOW).unwrap_err(), Duration::from_secs(20));
+        assert_eq!(here(NOW + 15_000).unwrap_err(), Duration::from_secs(5));
+        here(NOW + 20_000).unwrap();
+        // A request for every server takes its token too.
+        assert_eq!(passes(&counts, "a", 3, NOW + 40_000, Mode::Shared), 1);
+        assert_eq!(
+            adds(&counts.take()),
+            [(999, "a".into(), 0), (1000, "a".into(), 1)]
+        );
+        // Its bucket outlives its window, in the next one.
+        let next = NOW + MINUTE_MS - 10_000;
+        assert_eq!(here(next).unwrap_err(), Duration::from_secs(10));
     }
 
     #[test]
@@ -502,7 +574,7 @@ mod tests {
         let counts = Counts::new(2);
         for known in ["a", "b"] {
             counts
-                .hit("t", quota(2), &id(known), NOW, Mode::Shared)
+                .hit("t", quota(2), &id(known), NOW, Mode::Shared, Reach::Fleet)
                 .unwrap();
         }
         assert_eq!(passes(&counts, "new 1", 2, NOW, Mode::Shared), 2);

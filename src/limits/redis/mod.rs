@@ -4,9 +4,10 @@
 //! one script call per sync whatever the number of requests). A request never waits for Redis:
 //! a buy costs Redis only its gate call.
 //!
-//! - This process's own buckets count first (`local.rs`, the full quota): a flood from one
-//!   client is refused before it is counted for the others, and no server ever lets a key
-//!   through more than its quota by itself.
+//! - This process's own requests pass a token bucket of the full quota first (in `counts.rs`,
+//!   beside the shared counts): a flood from one client is refused before it is counted for the
+//!   others, and no server ever lets a key through more than its quota by itself. A request
+//!   this process answers by itself ([`Limiter::hit_here`]) is counted in the bucket only.
 //! - **Overshoot.** A server decides on the totals of its own last sync of a key plus its own
 //!   requests since: it misses what the others counted after that sync. Totals only grow within
 //!   a window, so once the key's total in Redis has reached the quota, each server passes at
@@ -39,7 +40,7 @@ use super::{Hit, Id, Limiter, Refused};
 use crate::clock::LogEvery;
 use crate::redis_link::{RedisLink, ScriptRequest};
 use async_trait::async_trait;
-use counts::{Counts, Group, Mode};
+use counts::{Counts, Group, Mode, Reach};
 use redis::Script;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
@@ -66,7 +67,7 @@ pub const FALLBACK_AFTER: Duration = Duration::from_millis(250);
 pub const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Most ids of one limit's window: far more than the distinct clients of a sale within one
-/// window (as this process's own buckets, `local::MAX_KEYS`).
+/// window (as embedded mode's buckets, `local::MAX_KEYS`).
 const MAX_KEYS: usize = super::local::MAX_KEYS;
 
 /// Most ids in one group of the script call: Lua's `unpack` takes a few thousand values.
@@ -74,9 +75,8 @@ const MAX_IDS: usize = 1000;
 
 static SYNC: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sync.lua")));
 
-/// Throttles shared through Redis, after this process's own.
+/// Throttles shared through Redis.
 pub struct RedisLimiter {
-    local: Arc<dyn Limiter>,
     shared: Arc<Shared>,
 }
 
@@ -110,22 +110,17 @@ fn now_ms() -> u64 {
 }
 
 impl RedisLimiter {
-    /// Counts in `local` first, then for every server under `prefix`, this one being `node_id`.
-    /// Starts the task that syncs the counts (it ends when this is dropped), so it must be
-    /// called within a Tokio runtime.
-    pub fn new(redis: RedisLink, prefix: &str, node_id: u16, local: Arc<dyn Limiter>) -> Self {
-        let (limiter, sync) = Self::unsynced(redis, prefix, node_id, local);
+    /// Counts for every server under `prefix`, this one being `node_id`. Starts the task that
+    /// syncs the counts (it ends when this is dropped), so it must be called within a Tokio
+    /// runtime.
+    pub fn new(redis: RedisLink, prefix: &str, node_id: u16) -> Self {
+        let (limiter, sync) = Self::unsynced(redis, prefix, node_id);
         tokio::spawn(sync_forever(sync, Arc::downgrade(&limiter.shared)));
         limiter
     }
 
     /// The limiter and its sync, not started.
-    fn unsynced(
-        redis: RedisLink,
-        prefix: &str,
-        node_id: u16,
-        local: Arc<dyn Limiter>,
-    ) -> (Self, Sync) {
+    fn unsynced(redis: RedisLink, prefix: &str, node_id: u16) -> (Self, Sync) {
         let shared = Arc::new(Shared {
             counts: Counts::new(MAX_KEYS),
             synced_ms: AtomicU64::new(now_ms()),
@@ -138,7 +133,7 @@ impl RedisLimiter {
             servers_key: format!("{prefix}{{limits}}:servers"),
             node: node_id.to_string(),
         };
-        (Self { local, shared }, sync)
+        (Self { shared }, sync)
     }
 
     /// How requests are decided now: on the shared totals, or on this server's share.
@@ -158,28 +153,34 @@ impl RedisLimiter {
 #[async_trait]
 impl Limiter for RedisLimiter {
     async fn hit(&self, hits: &[Hit]) -> Result<(), Refused> {
-        self.local.hit(hits).await?;
+        self.count(hits, Reach::Fleet)
+    }
+
+    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
+        self.count(hits, Reach::Here)
+    }
+
+    fn forget_idle(&self) {
+        self.shared.counts.forget_old(now_ms());
+    }
+}
+
+impl RedisLimiter {
+    /// Counts one request against each of `hits`, in order, for `reach`, as [`Limiter::hit`]
+    /// says.
+    fn count(&self, hits: &[Hit], reach: Reach) -> Result<(), Refused> {
         let now = now_ms();
         let mode = self.mode(now);
         for (i, hit) in hits.iter().enumerate() {
             self.shared
                 .counts
-                .hit(hit.key.scope(), hit.quota, hit.key.id(), now, mode)
+                .hit(hit.key.scope(), hit.quota, hit.key.id(), now, mode, reach)
                 .map_err(|retry_after| Refused {
                     hit: i,
                     retry_after,
                 })?;
         }
         Ok(())
-    }
-
-    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
-        self.local.hit(hits).await
-    }
-
-    fn forget_idle(&self) {
-        self.local.forget_idle();
-        self.shared.counts.forget_old(now_ms());
     }
 }
 
@@ -300,7 +301,6 @@ fn numbers(text: &str, expected: usize) -> anyhow::Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::local::LocalLimiter;
     use crate::limits::{Key, Quota};
 
     /// A key prefix no other test uses.
@@ -310,11 +310,11 @@ mod tests {
         format!("seckill-unit:{}:limits{n}:", std::process::id())
     }
 
-    /// A server's limiter (its own buckets, the shared count under `prefix`) and its sync, which
-    /// the test runs itself.
+    /// A server's limiter (its own buckets and the shared count under `prefix`) and its sync,
+    /// which the test runs itself.
     async fn server(prefix: &str, node: u16) -> (RedisLimiter, Sync) {
         let redis = crate::redis_link::test_link().await;
-        RedisLimiter::unsynced(redis, prefix, node, Arc::new(LocalLimiter::default()))
+        RedisLimiter::unsynced(redis, prefix, node)
     }
 
     /// One sync of `server`.
