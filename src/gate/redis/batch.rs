@@ -18,7 +18,6 @@ use super::replicas::Replicas;
 use crate::domain::{Millis, Order};
 use crate::gate::{GateError, Rejection, Reserved};
 use crate::redis_link::RedisLink;
-use redis::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -173,29 +172,27 @@ impl Call {
         let answers = self.run_reserve(id, &batch).await;
         metrics::histogram!("seckill_gate_call_duration_seconds")
             .record(started.elapsed().as_secs_f64());
-        let expected = 2 * batch.len();
-        for (i, pending) in batch.into_iter().enumerate() {
-            let answer = match &answers {
-                Ok((answers, kept)) if answers.len() == expected => {
-                    match decode(&answers[2 * i], &answers[2 * i + 1]) {
-                        Ok(reserved) if !kept => Err(GateError::Unconfirmed {
-                            taken: matches!(reserved, Reserved::Taken { .. }),
-                        }),
-                        answer => answer,
-                    }
-                }
-                Ok((answers, _)) => Err(GateError::Unavailable(anyhow::anyhow!(
-                    "reserve script answered {} values for {expected}",
-                    answers.len()
-                ))),
-                Err(e) => Err(unavailable(e.clone())),
+        let (text, kept) = match answers {
+            Ok(answered) => answered,
+            Err(e) => return fail(batch, || unavailable(e.clone())),
+        };
+        let lines = match split(&text, batch.len()) {
+            Ok(lines) => lines,
+            Err(e) => return fail(batch, || GateError::Unavailable(anyhow::anyhow!("{e:#}"))),
+        };
+        for (pending, line) in batch.into_iter().zip(lines) {
+            let answer = match decode(line) {
+                Ok(reserved) if !kept => Err(GateError::Unconfirmed {
+                    taken: matches!(reserved, Reserved::Taken { .. }),
+                }),
+                answer => answer,
             };
             // The buyer may have left; the buy stands either way, as it would unbatched.
             let _gone = pending.answer.send(answer);
         }
     }
 
-    /// Runs the reserve script over `batch` and returns its flat answers, and whether the
+    /// Runs the reserve script over `batch` and returns its answer's text, and whether the
     /// replicas acknowledged the call (always, when none is waited for: then no `WAIT` is
     /// sent). Only a batch with a buy that has an idempotency key names the `kept` hash and
     /// gives each buy its field there: a batch without one names neither.
@@ -203,7 +200,7 @@ impl Call {
         &mut self,
         id: u64,
         batch: &[Pending],
-    ) -> redis::RedisResult<(Vec<Value>, bool)> {
+    ) -> redis::RedisResult<(Vec<u8>, bool)> {
         let keys = &self.keys;
         let keyed = batch.iter().any(|pending| pending.kept_as.is_some());
         let per_buy = if keyed { 5 } else { 4 };
@@ -242,20 +239,40 @@ impl Call {
     }
 }
 
-/// One buy's `{code, remaining}` (or `{1, order}`) from the script, as the gate's answer.
-fn decode(code: &Value, second: &Value) -> Result<Reserved, GateError> {
+/// Answers every buy of `batch` with `error()`: its call failed.
+fn fail(batch: Vec<Pending>, error: impl Fn() -> GateError) {
+    for pending in batch {
+        let _gone = pending.answer.send(Err(error()));
+    }
+}
+
+/// The script's answer for `buys` buys: each buy's code and second line, in order.
+fn split(text: &[u8], buys: usize) -> anyhow::Result<impl Iterator<Item = (&[u8], &[u8])>> {
+    let lines = text.split(|&byte| byte == b'\n');
+    let count = lines.clone().count();
+    anyhow::ensure!(
+        count == 2 * buys,
+        "reserve script answered {count} lines for {buys} buys"
+    );
+    let mut lines = lines;
+    Ok(std::iter::from_fn(move || {
+        Some((lines.next()?, lines.next()?))
+    }))
+}
+
+/// One buy's code and units left (or, for a retry, the order its key made) from the script, as
+/// the gate's answer.
+fn decode((code, second): (&[u8], &[u8])) -> Result<Reserved, GateError> {
     let odd = || {
         GateError::Unavailable(anyhow::anyhow!(
-            "reserve script answered {code:?}, {second:?}"
+            "reserve script answered {:?}, {:?}",
+            String::from_utf8_lossy(code),
+            String::from_utf8_lossy(second)
         ))
     };
-    let (Value::Int(code), remaining) = (code, second) else {
-        return Err(odd());
-    };
-    let remaining = || match remaining {
-        Value::Int(remaining) => Ok(*remaining),
-        _ => Err(odd()),
-    };
+    let number = |text: &[u8]| -> Option<i64> { std::str::from_utf8(text).ok()?.parse().ok() };
+    let code = number(code).ok_or_else(odd)?;
+    let remaining = || number(second).ok_or_else(odd);
     let rejection = match code {
         0 => {
             return Ok(Reserved::Taken {
@@ -263,10 +280,7 @@ fn decode(code: &Value, second: &Value) -> Result<Reserved, GateError> {
             });
         }
         1 => {
-            let Value::BulkString(order) = second else {
-                return Err(odd());
-            };
-            let order = Order::decode(order).map_err(|e| GateError::Unavailable(e.into()))?;
+            let order = Order::decode(second).map_err(|e| GateError::Unavailable(e.into()))?;
             return Ok(Reserved::Replayed(order));
         }
         -1 => Rejection::NotLoaded,
@@ -416,6 +430,35 @@ pub(super) mod tests {
         count: 16,
         timeout_ms: 10,
     };
+
+    #[test]
+    fn a_script_answer_is_read_as_two_lines_a_buy_and_nothing_else() {
+        let first = Order {
+            product_name: "Kettle, blue\n\"2L\"".into(),
+            ..keyed(9, 7, 1, "k-1")
+        };
+        let text = format!("0\n4\n-5\n0\n1\n{}\n-4\n3", first.encode());
+        let answers: Vec<_> = split(text.as_bytes(), 4).unwrap().map(decode).collect();
+        assert_eq!(
+            answers[0].as_ref().unwrap(),
+            &Reserved::Taken { remaining: 4 }
+        );
+        assert!(matches!(
+            answers[1],
+            Err(GateError::Rejected(Rejection::SoldOut { remaining: 0 }))
+        ));
+        assert_eq!(answers[2].as_ref().unwrap(), &Reserved::Replayed(first));
+        assert!(matches!(
+            answers[3],
+            Err(GateError::Rejected(Rejection::LimitReached))
+        ));
+        assert!(split(b"0\n4\n-5", 2).is_err(), "a line missing");
+        assert!(split(b"0\n4\n-5\n0\n1", 2).is_err(), "a line too many");
+        for odd in [&b"2\n0"[..], b"0\nmany", b"x\n0", b"1\n{"] {
+            let answer = decode(split(odd, 1).unwrap().next().unwrap());
+            assert!(matches!(answer, Err(GateError::Unavailable(_))), "{odd:?}");
+        }
+    }
 
     #[tokio::test]
     #[ignore = "needs a Redis server: run by scripts/test (cargo test --lib -- --ignored)"]
