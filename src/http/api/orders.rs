@@ -14,7 +14,8 @@ use crate::server::Ends;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -55,7 +56,7 @@ pub(crate) async fn place_order(
     session: SessionToken,
     key: Result<IdempotencyKeyHeader, ApiError>,
     body: Result<AppJson<PlaceOrder>, ApiError>,
-) -> Result<(StatusCode, AppJson<OrderView>), ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     // Sold out here: answered before the session is checked, since the sale page tells anybody.
     // A keyed buy goes on, as its retry may be answered with its order.
     if let (Ok(IdempotencyKeyHeader(None)), Ok(AppJson(body))) = (&key, &body) {
@@ -75,7 +76,9 @@ pub(crate) async fn place_order(
     let token = body.buy_token.as_deref();
     guard::check_buy(&state, user.id, product, token)?;
     let order = state.sale.buy(user.id, product, quantity, key).await?;
-    Ok((StatusCode::ACCEPTED, AppJson(OrderView::from(order))))
+    let json = HeaderValue::from_static("application/json");
+    let body = OrderView::from(order).to_json();
+    Ok((StatusCode::ACCEPTED, [(header::CONTENT_TYPE, json)], body))
 }
 
 #[utoipa::path(
