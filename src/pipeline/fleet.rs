@@ -25,7 +25,7 @@
 
 use super::amqp::depths::QueueDepths;
 use crate::domain::{OrderId, ProductId, Quantity, UserId};
-use crate::redis_link::RedisLink;
+use crate::redis_link::{RedisLink, ScriptRequest, evalsha};
 use crate::sale::{
     ANSWERS_HELD, ANSWERS_KEPT_FOR_MS, Accepted, AcceptedShares, Answered, AnswersShared,
     AnswersToShare, BuyCounts, Fleet, SharedBuys,
@@ -229,9 +229,15 @@ impl Fleet for ClusterFleet {
     }
 
     async fn share_answers(&self, answers: &AnswersToShare) -> anyhow::Result<bool> {
-        let mut call = SHARE_ANSWERS.prepare_invoke();
-        call.key(&self.answering_key)
-            .key(format!("{}{}", self.answered_prefix, self.node))
+        // One buffer for the whole call, every order written straight into it: a call carries
+        // each order answered in the last second.
+        let orders = answers.orders.len();
+        let mut call = redis::Cmd::with_capacity(11 + 2 * orders, 256 + 64 * orders);
+        call.arg("EVALSHA")
+            .arg(SHARE_ANSWERS.get_hash())
+            .arg(2)
+            .arg(&self.answering_key)
+            .arg(format!("{}{}", self.answered_prefix, self.node))
             .arg(&self.node)
             .arg(
                 answers
@@ -245,8 +251,8 @@ impl Fleet for ClusterFleet {
         for answered in &answers.orders {
             call.arg(answered.made_at()).arg(encode_answered(answered));
         }
-        let added: i64 = call
-            .invoke_async(&mut self.redis.clone())
+        let mut redis = self.redis.clone();
+        let added: i64 = evalsha(&mut redis, &SHARE_ANSWERS, ScriptRequest::Alone(&call))
             .await
             .context("sharing the orders this server answered")?;
         Ok(added == 1)
