@@ -30,13 +30,18 @@ pub(super) struct Entry {
 /// Known products by id. Entries change only when the operator changes a product.
 #[derive(Default)]
 pub(super) struct Catalog {
-    entries: RwLock<HashMap<ProductId, Arc<Entry>>>,
+    entries: RwLock<ById<ProductId, Arc<Entry>>>,
     /// The newest row read or written of each product: at most a catalog refresh old.
-    rows: RwLock<HashMap<ProductId, Arc<Product>>>,
+    rows: RwLock<ById<ProductId, Arc<Product>>>,
     /// Sale events by id. An event changes only when an operator ends it early or sets its
     /// guard.
-    events: RwLock<HashMap<i64, SaleEvent>>,
+    events: RwLock<ById<i64, SaleEvent>>,
 }
+
+/// A map by id, hashed with `foldhash` (seeded at random for each map) rather than the
+/// standard library's SipHash: every buy looks its product up several times, and only the
+/// operator adds ids.
+type ById<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 impl Catalog {
     pub fn get(&self, id: ProductId) -> Option<Arc<Entry>> {
@@ -198,12 +203,12 @@ impl Catalog {
 }
 
 /// The value under `key`, cloned out of the map's read lock.
-fn cloned<K: Eq + Hash, V: Clone>(map: &RwLock<HashMap<K, V>>, key: &K) -> Option<V> {
+fn cloned<K: Eq + Hash, V: Clone>(map: &RwLock<ById<K, V>>, key: &K) -> Option<V> {
     map.read().expect("catalog lock poisoned").get(key).cloned()
 }
 
 /// The values that pass `keep`, cloned out of the map's read lock, in no particular order.
-fn cloned_where<K, V: Clone>(map: &RwLock<HashMap<K, V>>, keep: impl Fn(&V) -> bool) -> Vec<V> {
+fn cloned_where<K, V: Clone>(map: &RwLock<ById<K, V>>, keep: impl Fn(&V) -> bool) -> Vec<V> {
     let map = map.read().expect("catalog lock poisoned");
     map.values().filter(|value| keep(value)).cloned().collect()
 }
