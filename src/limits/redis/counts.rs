@@ -6,9 +6,9 @@
 //! The decision is the two-window estimate: the current window's count plus the previous one's
 //! weighted by the part of it the sliding window still covers, as if its requests had come
 //! evenly. Before it, this process's own requests of the id pass a token bucket of the same
-//! quota (GCRA: `limit` at once, then one every `window / limit`), so a client that waits the
-//! `Retry-After` of a refusal by this process gets through, and no server lets a key through
-//! more than its quota by itself.
+//! quota (GCRA: `limit` at once, then one every `window / limit`), so no server lets a key
+//! through more than its quota by itself, and a burst is refused here with the bucket's short
+//! wait. A request refused by either takes nothing from the other.
 
 use super::super::{Id, IdMap, Quota};
 use std::sync::{Arc, Mutex, RwLock};

@@ -5,9 +5,10 @@
 //! a buy costs Redis only its gate call.
 //!
 //! - This process's own requests pass a token bucket of the full quota first (in `counts.rs`,
-//!   beside the shared counts): a flood from one client is refused before it is counted for the
-//!   others, and no server ever lets a key through more than its quota by itself. A request
-//!   this process answers by itself ([`Limiter::hit_here`]) is counted in the bucket only.
+//!   beside the shared counts), so no server ever lets a key through more than its quota by
+//!   itself. A request refused by the bucket or the shared count takes nothing from either: a
+//!   flood from one client costs the others nothing. A request this process answers by itself
+//!   ([`Limiter::hit_here`]) is counted in the bucket only.
 //! - **Overshoot.** A server decides on the totals of its own last sync of a key plus its own
 //!   requests since: it misses what the others counted after that sync. Totals only grow within
 //!   a window, so once the key's total in Redis has reached the quota, each server passes at
@@ -372,9 +373,17 @@ mod tests {
         // Each decided on its last sync of the key, which missed the other's request since: the
         // last of them passes one above the quota.
         assert_eq!(passed, 7);
+        // Refused by the shared count, not by the server's own bucket (4 of its 6 taken): the
+        // window's 7 weigh on the next window as its previous one, so a request passes once 2/7
+        // of the next has gone (7 × 5/7 + 1 = 6). The wait is the rest of this window and that.
         let refused = servers[0].0.hit(&[hit("k", 6, minute)]).await.unwrap_err();
         assert_eq!(refused.hit, 0);
-        assert!(refused.retry_after <= minute, "{refused:?}");
+        let weighed = minute * 2 / 7;
+        assert!(
+            refused.retry_after >= weighed
+                && refused.retry_after <= minute + weighed + Duration::from_millis(1),
+            "{refused:?}"
+        );
         servers[1].0.hit(&[hit("other", 6, minute)]).await.unwrap();
     }
 
