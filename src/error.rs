@@ -255,17 +255,25 @@ impl<T: Serialize> IntoResponse for AppJson<T> {
     fn into_response(self) -> Response {
         let mut body = Vec::with_capacity(512);
         match serde_json::to_writer(&mut body, &self.0) {
-            Ok(()) => {
-                let mut response = Response::new(axum::body::Body::from(body));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                response
-            }
+            Ok(()) => JsonBody(body).into_response(),
             // An error body is two strings and always serializes, so this cannot recurse.
             Err(e) => ApiError::Internal(e.into()).into_response(),
         }
+    }
+}
+
+/// A JSON answer already written (as [`AppJson`] writes one, or by hand where a test holds it to
+/// serde's), sent as `application/json`.
+pub struct JsonBody(pub Vec<u8>);
+
+impl IntoResponse for JsonBody {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(axum::body::Body::from(self.0));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::{ErrorBody, OrderView, guard};
 use crate::domain::{OrderId, ProductId, Quantity};
-use crate::error::{ApiError, AppJson, AppPath};
+use crate::error::{ApiError, AppJson, AppPath, JsonBody};
 use crate::http::AppState;
 use crate::http::client_ip::ClientIp;
 use crate::http::extract::{CurrentUser, IdempotencyKeyHeader, SessionToken};
@@ -14,8 +14,7 @@ use crate::server::Ends;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -56,7 +55,7 @@ pub(crate) async fn place_order(
     session: SessionToken,
     key: Result<IdempotencyKeyHeader, ApiError>,
     body: Result<AppJson<PlaceOrder>, ApiError>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<(StatusCode, JsonBody), ApiError> {
     // Sold out here: answered before the session is checked, since the sale page tells anybody.
     // A keyed buy goes on, as its retry may be answered with its order.
     if let (Ok(IdempotencyKeyHeader(None)), Ok(AppJson(body))) = (&key, &body) {
@@ -76,9 +75,10 @@ pub(crate) async fn place_order(
     let token = body.buy_token.as_deref();
     guard::check_buy(&state, user.id, product, token)?;
     let order = state.sale.buy(user.id, product, quantity, key).await?;
-    let json = HeaderValue::from_static("application/json");
-    let body = OrderView::from(order).to_json();
-    Ok((StatusCode::ACCEPTED, [(header::CONTENT_TYPE, json)], body))
+    Ok((
+        StatusCode::ACCEPTED,
+        JsonBody(OrderView::from(order).to_json()),
+    ))
 }
 
 #[utoipa::path(
