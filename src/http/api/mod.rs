@@ -250,14 +250,17 @@ impl OrderView {
         ];
         for (name, time) in times {
             out.extend_from_slice(name);
-            match time.map(|time| (time, time.digits())) {
-                Some((_, Some(text))) => {
+            let Some(time) = time else {
+                out.extend_from_slice(b"null");
+                continue;
+            };
+            match time.digits() {
+                Some(text) => {
                     out.push(b'"');
                     out.extend_from_slice(&text);
                     out.push(b'"');
                 }
-                Some((time, None)) => write_json(&mut out, &time),
-                None => out.extend_from_slice(b"null"),
+                None => write_json(&mut out, &time),
             }
         }
         out.push(b'}');
