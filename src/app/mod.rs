@@ -11,12 +11,12 @@ use crate::auth::revocation::RevokedSessions;
 use crate::clock::SharedClock;
 use crate::config::{Config, Deployment, Protection, Secret};
 use crate::gate::memory::MemoryGate;
-use crate::http::AppState;
 use crate::http::api::guard::Guards;
 use crate::http::extract::AuthKeys;
 use crate::http::images::Images;
 use crate::http::rate_limit::RateLimits;
 use crate::http::readiness::{Check, Readiness};
+use crate::http::{AppParts, AppState};
 use crate::ids::Snowflake;
 use crate::limits::Limiter;
 use crate::limits::local::LocalLimiter;
@@ -350,7 +350,7 @@ async fn http_state(
              in the environment (README, \"Secrets\")"
         );
     }
-    let state = AppState {
+    let state = AppState::new(AppParts {
         sale: core.sale.clone(),
         images: Arc::new(Images::new(store.clone(), config.max_image_bytes)),
         store,
@@ -375,7 +375,7 @@ async fn http_state(
         demo: config.demo,
         client_ip_header: config.client_ip_header.clone(),
         readiness: Arc::default(),
-    };
+    });
     Ok((state, generated.then_some(admin_token)))
 }
 

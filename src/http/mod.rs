@@ -32,9 +32,29 @@ use axum::extract::FromRef;
 use rate_limit::RateLimits;
 use std::sync::Arc;
 
-/// Everything a request handler may use; cloned per request, so every field is an `Arc`.
+/// Everything a request handler may use. axum clones it for every request's extractors, so it
+/// is one reference to the [`AppParts`]: one count taken and given back a request, not one per
+/// part on a cache line both cores write.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl AppState {
+    /// The state made of `parts`.
+    pub fn new(parts: AppParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+/// What [`AppState`] holds.
+pub struct AppParts {
     /// Buying, paying, cancelling, and the operator's changes.
     pub sale: Arc<SaleService>,
     /// Accounts (sign-up and sign-in only; the buy path never touches it).
