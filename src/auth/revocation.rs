@@ -31,9 +31,14 @@ impl SessionId {
 
     /// Reads the 32 hex digits of [`Display`](fmt::Display); anything else is no id.
     pub fn parse(hex: &str) -> Option<Self> {
-        (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| u128::from_str_radix(hex, 16).ok().map(Self))
-            .flatten()
+        if hex.len() != 32 {
+            return None;
+        }
+        hex.bytes()
+            .try_fold(0u128, |id, digit| {
+                Some(id << 4 | u128::from(char::from(digit).to_digit(16)?))
+            })
+            .map(Self)
     }
 }
 
