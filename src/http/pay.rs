@@ -80,7 +80,7 @@ async fn unverified(
     error: &OrderError,
     route: &'static str,
 ) -> Result<(), ApiError> {
-    state.limits.check_unverified_callback(ip).await?;
+    state.limits.check_unverified_callback(ip)?;
     if let Some(left_out) = state.limits.callback_line() {
         tracing::warn!(route, error = %error, left_out, "payment callback not verified");
     }

@@ -172,19 +172,16 @@ impl RateLimits {
     }
 
     /// Counts one request against `limits`, each with its hit, in order, for every server.
-    async fn check<const N: usize>(&self, counted: [(&Limit, Hit); N]) -> Result<(), ApiError> {
+    fn check<const N: usize>(&self, counted: [(&Limit, Hit); N]) -> Result<(), ApiError> {
         let (limits, hits) = split(counted);
-        let count = self.limiter.hit(&hits).await;
+        let count = self.limiter.hit(&hits);
         count.map_err(|refused| limits[refused.hit].refused(refused.retry_after))
     }
 
     /// Counts one request as [`Self::check`] does, in this process only.
-    async fn check_here<const N: usize>(
-        &self,
-        counted: [(&Limit, Hit); N],
-    ) -> Result<(), ApiError> {
+    fn check_here<const N: usize>(&self, counted: [(&Limit, Hit); N]) -> Result<(), ApiError> {
         let (limits, hits) = split(counted);
-        let count = self.limiter.hit_here(&hits).await;
+        let count = self.limiter.hit_here(&hits);
         count.map_err(|refused| limits[refused.hit].refused(refused.retry_after))
     }
 
@@ -193,7 +190,7 @@ impl RateLimits {
     /// own). A buy this process answers by itself (`bound` is `None`: an unknown product, or
     /// one flagged sold out here) has no sale to protect and is counted here only, so after a
     /// sell-out the crowd's answers cost no round trip to Redis.
-    pub async fn check_buy(
+    pub fn check_buy(
         &self,
         ip: IpAddr,
         user: UserId,
@@ -209,15 +206,15 @@ impl RateLimits {
                     Some(event) => self.event.hit(event),
                     None => self.event.hit(Id::Product(product.id.0)),
                 };
-                self.check([ip, user, (&self.event, sale)]).await
+                self.check([ip, user, (&self.event, sale)])
             }
-            None => self.check_here([ip, user]).await,
+            None => self.check_here([ip, user]),
         }
     }
 
     /// One request from this address (sign-ins).
-    pub async fn check_ip(&self, ip: IpAddr) -> Result<(), ApiError> {
-        self.check([(&self.ip, self.ip.hit(ip))]).await
+    pub fn check_ip(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.check([(&self.ip, self.ip.hit(ip))])
     }
 
     /// One sign-in attempt at this account from this address (an IPv6 address counts as its
@@ -225,16 +222,16 @@ impl RateLimits {
     /// guesses cannot all slip in before the first of them fails. An unknown name is counted
     /// the same way, so the answer says nothing about which names exist. Attempts from other
     /// addresses never count here, so nobody can lock an owner out of their account.
-    pub async fn check_sign_in(&self, username: &Username, ip: IpAddr) -> Result<(), ApiError> {
+    pub fn check_sign_in(&self, username: &Username, ip: IpAddr) -> Result<(), ApiError> {
         let hit = self.account.hit((username.as_str(), ip));
-        self.check([(&self.account, hit)]).await
+        self.check([(&self.account, hit)])
     }
 
     /// One sign-in attempt at this account from anywhere: past its account's pace, it waits
     /// [`ACCOUNT_PACE`] and goes on. Known or not, every name is paced alike.
     pub async fn pace_sign_in(&self, username: &Username) {
         let hit = self.account_pace.hit(username.as_str());
-        if self.limiter.hit(&[hit]).await.is_err() {
+        if self.limiter.hit(&[hit]).is_err() {
             metrics::counter!("seckill_sign_ins_paced_total").increment(1);
             tokio::time::sleep(ACCOUNT_PACE).await;
         }
@@ -242,27 +239,25 @@ impl RateLimits {
 
     /// One registration from this address: its request rate, its accounts this hour, and
     /// everybody's accounts this hour. Every attempt counts, as sign-ins do.
-    pub async fn check_registration(&self, ip: IpAddr) -> Result<(), ApiError> {
+    pub fn check_registration(&self, ip: IpAddr) -> Result<(), ApiError> {
         self.check([
             (&self.ip, self.ip.hit(ip)),
             (&self.registration_ip, self.registration_ip.hit(ip)),
             (&self.registrations, self.registrations.hit("all")),
         ])
-        .await
     }
 
     /// One read, pay or cancel of this user's orders.
-    pub async fn check_orders(&self, user: UserId) -> Result<(), ApiError> {
-        self.check([(&self.orders, self.orders.hit(user.0))]).await
+    pub fn check_orders(&self, user: UserId) -> Result<(), ApiError> {
+        self.check([(&self.orders, self.orders.hit(user.0))])
     }
 
     /// One payment callback from this address that failed verification, counted after the
     /// verification and in this process only (a forged callback costs the other servers
     /// nothing). A verified callback is never counted, so a notification that pays an order is
     /// never refused for rate, whoever shares its address.
-    pub async fn check_unverified_callback(&self, ip: IpAddr) -> Result<(), ApiError> {
+    pub fn check_unverified_callback(&self, ip: IpAddr) -> Result<(), ApiError> {
         self.check_here([(&self.callback, self.callback.hit(ip))])
-            .await
     }
 
     /// Whether a failed callback's log line may be written now: `Some` with the number of
@@ -303,8 +298,6 @@ pub async fn throttle_admin(
     next: Next,
 ) -> Result<Response, ApiError> {
     let limits = &state.limits;
-    limits
-        .check([(&limits.admin, limits.admin.hit(ip))])
-        .await?;
+    limits.check([(&limits.admin, limits.admin.hit(ip))])?;
     Ok(next.run(request).await)
 }

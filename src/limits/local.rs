@@ -7,7 +7,6 @@
 //! Past it, an id without a bucket is counted in the one bucket of [`Id::Overflow`].
 
 use super::{Hit, Id, IdHasher, Key, Limiter, Quota, Refused};
-use async_trait::async_trait;
 use governor::RateLimiter;
 use governor::clock::{Clock, DefaultClock};
 use governor::nanos::Nanos;
@@ -140,9 +139,8 @@ fn gcra(quota: Quota) -> governor::Quota {
         .allow_burst(burst)
 }
 
-#[async_trait]
 impl Limiter for LocalLimiter {
-    async fn hit(&self, hits: &[Hit]) -> Result<(), Refused> {
+    fn hit(&self, hits: &[Hit]) -> Result<(), Refused> {
         for (i, hit) in hits.iter().enumerate() {
             self.count(&hit.key, hit.quota)
                 .map_err(|retry_after| Refused {
@@ -153,8 +151,8 @@ impl Limiter for LocalLimiter {
         Ok(())
     }
 
-    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
-        self.hit(hits).await
+    fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
+        self.hit(hits)
     }
 
     fn forget_idle(&self) {
@@ -181,59 +179,59 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_key_gets_its_limit_at_once_then_waits_for_the_next_and_others_do_not() {
+    #[test]
+    fn a_key_gets_its_limit_at_once_then_waits_for_the_next_and_others_do_not() {
         let limiter = LocalLimiter::default();
         let quota = Quota::per_window(3, Duration::from_secs(60));
         for _ in 0..3 {
-            limiter.hit(&[hit("a", quota)]).await.unwrap();
+            limiter.hit(&[hit("a", quota)]).unwrap();
         }
-        let refused = limiter.hit(&[hit("a", quota)]).await.unwrap_err();
+        let refused = limiter.hit(&[hit("a", quota)]).unwrap_err();
         assert_eq!(refused.hit, 0);
         assert!(refused.retry_after > Duration::from_secs(19));
         assert!(refused.retry_after <= Duration::from_secs(20));
-        limiter.hit(&[hit("b", quota)]).await.unwrap();
+        limiter.hit(&[hit("b", quota)]).unwrap();
     }
 
-    #[tokio::test]
-    async fn the_first_refusing_hit_ends_the_count_and_earlier_ones_stay_counted() {
+    #[test]
+    fn the_first_refusing_hit_ends_the_count_and_earlier_ones_stay_counted() {
         let limiter = LocalLimiter::default();
         let two = Quota::per_window(2, Duration::from_secs(60));
         let one = Quota::per_window(1, Duration::from_secs(60));
         let request = [hit("before", two), hit("refusing", one), hit("after", two)];
-        limiter.hit(&request).await.unwrap();
-        assert_eq!(limiter.hit(&request).await.unwrap_err().hit, 1);
+        limiter.hit(&request).unwrap();
+        assert_eq!(limiter.hit(&request).unwrap_err().hit, 1);
         // The refused request used the key before the refusing one, not the key after it.
-        assert!(limiter.hit(&request[..1]).await.is_err());
-        limiter.hit(&request[2..]).await.unwrap();
-        assert!(limiter.hit(&request[2..]).await.is_err());
+        assert!(limiter.hit(&request[..1]).is_err());
+        limiter.hit(&request[2..]).unwrap();
+        assert!(limiter.hit(&request[2..]).is_err());
     }
 
-    #[tokio::test]
-    async fn past_its_most_buckets_a_limit_counts_new_ids_together_and_known_ones_alone() {
+    #[test]
+    fn past_its_most_buckets_a_limit_counts_new_ids_together_and_known_ones_alone() {
         let limiter = LocalLimiter {
             max_keys: 3,
             ..LocalLimiter::default()
         };
         let quota = Quota::per_window(2, Duration::from_secs(60));
         for known in ["a", "b", "c"] {
-            limiter.hit(&[hit(known, quota)]).await.unwrap();
+            limiter.hit(&[hit(known, quota)]).unwrap();
         }
         // New ids share one bucket of the quota.
-        limiter.hit(&[hit("new 1", quota)]).await.unwrap();
-        limiter.hit(&[hit("new 2", quota)]).await.unwrap();
-        assert!(limiter.hit(&[hit("new 3", quota)]).await.is_err());
+        limiter.hit(&[hit("new 1", quota)]).unwrap();
+        limiter.hit(&[hit("new 2", quota)]).unwrap();
+        assert!(limiter.hit(&[hit("new 3", quota)]).is_err());
         // A known id keeps its own.
-        limiter.hit(&[hit("a", quota)]).await.unwrap();
-        assert!(limiter.hit(&[hit("a", quota)]).await.is_err());
+        limiter.hit(&[hit("a", quota)]).unwrap();
+        assert!(limiter.hit(&[hit("a", quota)]).is_err());
     }
 
-    #[tokio::test]
-    async fn forgetting_idle_keys_keeps_a_throttled_key_throttled() {
+    #[test]
+    fn forgetting_idle_keys_keeps_a_throttled_key_throttled() {
         let limiter = LocalLimiter::default();
         let quota = Quota::per_window(1, Duration::from_secs(60));
-        limiter.hit(&[hit("a", quota)]).await.unwrap();
+        limiter.hit(&[hit("a", quota)]).unwrap();
         limiter.forget_idle();
-        assert!(limiter.hit(&[hit("a", quota)]).await.is_err());
+        assert!(limiter.hit(&[hit("a", quota)]).is_err());
     }
 }

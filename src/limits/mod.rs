@@ -7,7 +7,6 @@ pub mod local;
 pub mod redis;
 
 use crate::domain::network;
-use async_trait::async_trait;
 use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -162,18 +161,18 @@ pub struct Refused {
     pub retry_after: Duration,
 }
 
-/// Counts requests against quotas.
-#[async_trait]
+/// Counts requests against quotas. Synchronous: it counts in this process's memory, whatever
+/// it shares with other servers off the request path, so a request's count costs no future.
 pub trait Limiter: Send + Sync + 'static {
     /// Counts one request against each of `hits`, in order. The first hit over its quota
     /// refuses the request and ends the count: the hits before it stay counted, the refused one
     /// and those after it are not, so a refused request costs no later limit anything and a
     /// client that waits the `retry_after` gets through.
-    async fn hit(&self, hits: &[Hit]) -> Result<(), Refused>;
+    fn hit(&self, hits: &[Hit]) -> Result<(), Refused>;
 
     /// Counts one request as [`Limiter::hit`] does, in this process only: for a request this
     /// process answers by itself, which costs the other servers nothing.
-    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused>;
+    fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused>;
 
     /// Lets go of keys idle long enough to be full again, so memory stays bounded by recent
     /// clients.

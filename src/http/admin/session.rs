@@ -32,7 +32,7 @@ pub(crate) async fn sign_in(
     ClientIp(ip): ClientIp,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    state.limits.check_ip(ip).await?;
+    state.limits.check_ip(ip)?;
     let token = form_urlencoded::parse(&body)
         .find(|(name, _)| name == "token")
         .map(|(_, value)| value.trim().to_owned())

@@ -160,7 +160,7 @@ pub(crate) async fn buy_challenge(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<ChallengeView>, ApiError> {
-    state.limits.check_buy(ip, user.id, None).await?;
+    state.limits.check_buy(ip, user.id, None)?;
     let product = ProductId(id);
     state
         .sale
@@ -220,7 +220,7 @@ pub(crate) async fn buy_token(
     AppPath(id): AppPath<i64>,
     body: Bytes,
 ) -> Result<AppJson<BuyTokenView>, ApiError> {
-    state.limits.check_buy(ip, user.id, None).await?;
+    state.limits.check_buy(ip, user.id, None)?;
     let answer: BuyTokenRequest = optional_json(&body)?;
     let product = ProductId(id);
     let (guard, window) = state
@@ -281,7 +281,7 @@ pub(crate) async fn registration_challenge(
     ClientIp(ip): ClientIp,
     query: Result<Query<RegistrationQuery>, QueryRejection>,
 ) -> Result<AppJson<ChallengeView>, ApiError> {
-    state.limits.check_ip(ip).await?;
+    state.limits.check_ip(ip)?;
     let name = query
         .ok()
         .and_then(|Query(q)| q.username)

@@ -66,10 +66,7 @@ pub(crate) async fn place_order(
     let AppJson(body) = body?;
     let product = ProductId(body.product_id);
     let bound = state.sale.gate_bound(product);
-    state
-        .limits
-        .check_buy(ip, user.id, bound.as_deref())
-        .await?;
+    state.limits.check_buy(ip, user.id, bound.as_deref())?;
     let quantity = Quantity::parse(body.quantity)
         .map_err(|e| ApiError::invalid("invalid_quantity", e.to_string()))?;
     let token = body.buy_token.as_deref();
@@ -96,7 +93,7 @@ pub(crate) async fn my_orders(
     State(state): State<AppState>,
     user: CurrentUser,
 ) -> Result<AppJson<Vec<OrderView>>, ApiError> {
-    state.limits.check_orders(user.id).await?;
+    state.limits.check_orders(user.id)?;
     let orders = state.sale.orders_of(user.id).await?;
     Ok(AppJson(orders.into_iter().map(OrderView::from).collect()))
 }
@@ -120,7 +117,7 @@ pub(crate) async fn my_order(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
-    state.limits.check_orders(user.id).await?;
+    state.limits.check_orders(user.id)?;
     let order = state.sale.order_of(user.id, OrderId(id)).await?;
     Ok(AppJson(OrderView::from(order)))
 }
@@ -177,7 +174,7 @@ pub(crate) async fn pay(
     reached: Option<Extension<Ends>>,
     body: Bytes,
 ) -> Result<AppJson<PayView>, ApiError> {
-    state.limits.check_orders(user.id).await?;
+    state.limits.check_orders(user.id)?;
     let PayBody { channel } = if body.iter().all(u8::is_ascii_whitespace) {
         PayBody::default()
     } else {
@@ -219,7 +216,7 @@ pub(crate) async fn cancel(
     user: CurrentUser,
     AppPath(id): AppPath<i64>,
 ) -> Result<AppJson<OrderView>, ApiError> {
-    state.limits.check_orders(user.id).await?;
+    state.limits.check_orders(user.id)?;
     let order = state.sale.cancel(user.id, OrderId(id)).await?;
     Ok(AppJson(OrderView::from(order)))
 }

@@ -63,7 +63,7 @@ pub(crate) async fn register(
     ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
 ) -> Result<(StatusCode, AppJson<UserView>), ApiError> {
-    state.limits.check_registration(ip).await?;
+    state.limits.check_registration(ip)?;
     let username = Username::parse(&body.username)
         .map_err(|e| ApiError::invalid("invalid_username", e.to_string()))?;
     let password = Password::parse(&body.password)
@@ -113,7 +113,7 @@ pub(crate) async fn sign_in(
     ClientIp(ip): ClientIp,
     AppJson(body): AppJson<Credentials>,
 ) -> Result<(HeaderMap, AppJson<SessionView>), ApiError> {
-    state.limits.check_ip(ip).await?;
+    state.limits.check_ip(ip)?;
     let invalid = || {
         ApiError::client(
             StatusCode::UNAUTHORIZED,
@@ -127,7 +127,7 @@ pub(crate) async fn sign_in(
     // The turn first, then the count of this account from this address: a sign-in refused as
     // busy costs it nothing, and only sign-ins about to hash can add to the throttle.
     let turn = state.passwords.turn(ip).await?;
-    state.limits.check_sign_in(&username, ip).await?;
+    state.limits.check_sign_in(&username, ip)?;
     // The token is issued as of before the account is read: an operator who disables the
     // account after this reading cuts the token off too (`auth::revocation`).
     let now = state.sale.now();

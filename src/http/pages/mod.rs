@@ -219,7 +219,7 @@ pub(crate) async fn orders_page(
     let Some(user) = user else {
         return Ok(Redirect::to("/login?next=%2Forders").into_response());
     };
-    state.limits.check_orders(user.id).await?;
+    state.limits.check_orders(user.id)?;
     let orders = state.sale.orders_of(user.id).await?;
     let rows = orders
         .iter()

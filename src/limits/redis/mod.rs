@@ -40,7 +40,6 @@ mod counts;
 use super::{Hit, Id, Limiter, Refused};
 use crate::clock::LogEvery;
 use crate::redis_link::{RedisLink, ScriptRequest};
-use async_trait::async_trait;
 use counts::{Counts, Group, Mode, Reach};
 use redis::Script;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -151,13 +150,12 @@ impl RedisLimiter {
     }
 }
 
-#[async_trait]
 impl Limiter for RedisLimiter {
-    async fn hit(&self, hits: &[Hit]) -> Result<(), Refused> {
+    fn hit(&self, hits: &[Hit]) -> Result<(), Refused> {
         self.count(hits, Reach::Fleet)
     }
 
-    async fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
+    fn hit_here(&self, hits: &[Hit]) -> Result<(), Refused> {
         self.count(hits, Reach::Here)
     }
 
@@ -342,7 +340,7 @@ mod tests {
     /// How many of `most` requests of `hits` pass `limiter`, stopping at the first refused.
     async fn passes(limiter: &RedisLimiter, hits: &[Hit], most: usize) -> usize {
         let mut passed = 0;
-        while passed < most && limiter.hit(hits).await.is_ok() {
+        while passed < most && limiter.hit(hits).is_ok() {
             passed += 1;
         }
         passed
@@ -363,7 +361,7 @@ mod tests {
         let minute = Duration::from_secs(60);
         let mut passed = 0;
         for i in 0..20 {
-            if servers[i % 2].0.hit(&[hit("k", 6, minute)]).await.is_ok() {
+            if servers[i % 2].0.hit(&[hit("k", 6, minute)]).is_ok() {
                 passed += 1;
             }
             for server in &mut servers {
@@ -376,7 +374,7 @@ mod tests {
         // Refused by the shared count, not by the server's own bucket (4 of its 6 taken): the
         // window's 7 weigh on the next window as its previous one, so a request passes once 2/7
         // of the next has gone (7 × 5/7 + 1 = 6). The wait is the rest of this window and that.
-        let refused = servers[0].0.hit(&[hit("k", 6, minute)]).await.unwrap_err();
+        let refused = servers[0].0.hit(&[hit("k", 6, minute)]).unwrap_err();
         assert_eq!(refused.hit, 0);
         let weighed = minute * 2 / 7;
         assert!(
@@ -384,7 +382,7 @@ mod tests {
                 && refused.retry_after <= minute + weighed + Duration::from_millis(1),
             "{refused:?}"
         );
-        servers[1].0.hit(&[hit("other", 6, minute)]).await.unwrap();
+        servers[1].0.hit(&[hit("other", 6, minute)]).unwrap();
     }
 
     #[tokio::test]
@@ -432,13 +430,13 @@ mod tests {
         limiter.shared.synced_ms.store(long_ago, Ordering::SeqCst);
         let minute = Duration::from_secs(60);
         let mut passed = 0;
-        while limiter.hit(&[hit("alone", 9, minute)]).await.is_ok() {
+        while limiter.hit(&[hit("alone", 9, minute)]).is_ok() {
             passed += 1;
         }
         assert_eq!(passed, 3);
         // A sync that succeeds shares the quota again.
         sync(&mut servers[0]).await;
-        servers[0].0.hit(&[hit("alone", 9, minute)]).await.unwrap();
+        servers[0].0.hit(&[hit("alone", 9, minute)]).unwrap();
     }
 
     #[tokio::test]
@@ -471,11 +469,11 @@ mod tests {
             .unwrap();
         // The first request is decided before the sync reads the previous window's count.
         let mut passed = 0;
-        if server.0.hit(&[hit("weighed", limit, window)]).await.is_ok() {
+        if server.0.hit(&[hit("weighed", limit, window)]).is_ok() {
             passed += 1;
         }
         sync(&mut server).await;
-        while server.0.hit(&[hit("weighed", limit, window)]).await.is_ok() {
+        while server.0.hit(&[hit("weighed", limit, window)]).is_ok() {
             passed += 1;
         }
         // Its requests count as if spread evenly: the part of it the sliding window still
