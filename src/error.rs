@@ -8,7 +8,8 @@
 //! - Start-up, the CLI and background tasks use `anyhow` with `.context(..)`.
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::RequestExt;
+use axum::body::{Bytes, HttpBody};
 use axum::extract::FromRequestParts;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, Request};
@@ -17,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::borrow::Cow;
+use std::pin::Pin;
 
 /// An error answered to an API client.
 #[derive(Debug)]
@@ -238,14 +240,55 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for AppJson<T> {
             let Json(value) = Json::<T>::from_request(req, state).await?;
             return Ok(Self(value));
         }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(JsonRejection::from)?;
+        let bytes = read_body(req).await?;
         if let Ok(value) = serde_json::from_slice(&bytes) {
             return Ok(Self(value));
         }
         let Json(value) = Json::<T>::from_bytes(&bytes)?;
         Ok(Self(value))
+    }
+}
+
+/// The whole body of `req`, within the router's body limit, as axum's `Bytes` extractor reads
+/// it and refuses it (413 `body_too_large` past the limit), but a body that arrives as one
+/// frame, as a buy's does, is taken as it is: axum's extractor gathers even that one through a
+/// queue it allocates and grows.
+async fn read_body(req: Request) -> Result<Bytes, ApiError> {
+    let mut body = req.into_limited_body();
+    let Some(first) = next_data(&mut body).await? else {
+        return Ok(Bytes::new());
+    };
+    if body.is_end_stream() {
+        return Ok(first);
+    }
+    let mut whole = bytes::BytesMut::from(&first[..]);
+    while let Some(more) = next_data(&mut body).await? {
+        whole.extend_from_slice(&more);
+    }
+    Ok(whole.freeze())
+}
+
+/// The next data of `body`; `None` at its end, or at its trailers, which end its data.
+async fn next_data(body: &mut axum::body::Body) -> Result<Option<Bytes>, ApiError> {
+    match std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
+        None => Ok(None),
+        Some(Ok(frame)) => Ok(frame.into_data().ok()),
+        Some(Err(e)) => {
+            let over_limit =
+                std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+                    e.source()
+                })
+                .any(|e| e.is::<http_body_util::LengthLimitError>());
+            let status = if over_limit {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            Err(ApiError::unreadable_body(
+                status,
+                "Failed to buffer the request body",
+            ))
+        }
     }
 }
 
@@ -465,5 +508,49 @@ impl From<crate::sale::AdminError> for ApiError {
             AdminError::Store(e) => e.into(),
             AdminError::Backend(e) => e.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: axum::body::Body) -> Request {
+        Request::builder().uri("/").body(body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_body_in_several_frames_is_read_whole_and_one_frame_as_it_came() {
+        let chunks = ["{\"product_id\"", ": 7, ", "\"quantity\": 1}"];
+        let stream = futures_util::stream::iter(
+            chunks.map(|chunk| Ok::<_, std::io::Error>(Bytes::from_static(chunk.as_bytes()))),
+        );
+        let whole = read_body(request(axum::body::Body::from_stream(stream)))
+            .await
+            .unwrap();
+        assert_eq!(&whole[..], chunks.concat().as_bytes());
+        let one = read_body(request(axum::body::Body::from("{}")))
+            .await
+            .unwrap();
+        assert_eq!(&one[..], b"{}");
+        let none = read_body(request(axum::body::Body::empty())).await.unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_as_too_large_and_a_broken_one_as_bad() {
+        // Past axum's default limit (2 MiB), which a router's `DefaultBodyLimit` replaces.
+        let over = request(axum::body::Body::from(vec![b'x'; 2 * 1024 * 1024 + 1]));
+        let refused = read_body(over).await.unwrap_err().into_response();
+        assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let broken = futures_util::stream::iter([
+            Ok(Bytes::from_static(b"{")),
+            Err(std::io::Error::other("connection reset")),
+        ]);
+        let refused = read_body(request(axum::body::Body::from_stream(broken)))
+            .await
+            .unwrap_err()
+            .into_response();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     }
 }
