@@ -115,7 +115,7 @@ impl SaleService {
             id: OrderId(self.ids.next_id()),
             user_id: user,
             product_id,
-            product_name: entry.name.to_string(),
+            product_name: String::from(&*entry.name),
             unit_price: entry.sale_price,
             quantity,
             total: entry.sale_price.times(quantity.get()),
