@@ -34,7 +34,7 @@ pub(crate) async fn notify(
             Ok("success")
         }
         Err(e) if e.is_unverified() => {
-            unverified(&state, ip, &e, "notify").await?;
+            unverified(&state, ip, &e, "notify")?;
             Ok("failure")
         }
         Err(e) => {
@@ -55,7 +55,7 @@ pub(crate) async fn returned(
     let order = match state.sale.returned(&params).await {
         Ok(order) => order,
         Err(e) if e.is_unverified() => {
-            unverified(&state, ip, &e, "return").await?;
+            unverified(&state, ip, &e, "return")?;
             return Err(e.into());
         }
         Err(e) => return Err(e.into()),
@@ -74,7 +74,7 @@ pub(crate) async fn returned(
 
 /// A callback (`route`) that failed verification: counted against its address, and refused
 /// unlogged over the limit; else logged, within the process's budget of such lines.
-async fn unverified(
+fn unverified(
     state: &AppState,
     ip: IpAddr,
     error: &OrderError,

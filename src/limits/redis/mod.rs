@@ -338,7 +338,7 @@ mod tests {
     }
 
     /// How many of `most` requests of `hits` pass `limiter`, stopping at the first refused.
-    async fn passes(limiter: &RedisLimiter, hits: &[Hit], most: usize) -> usize {
+    fn passes(limiter: &RedisLimiter, hits: &[Hit], most: usize) -> usize {
         let mut passed = 0;
         while passed < most && limiter.hit(hits).is_ok() {
             passed += 1;
@@ -391,23 +391,19 @@ mod tests {
         let prefix = prefix();
         let mut servers = [server(&prefix, 1).await, server(&prefix, 2).await];
         let quota = [hit("shared", 10, Duration::from_secs(60))];
-        assert_eq!(passes(&servers[0].0, &quota, 3).await, 3);
-        assert_eq!(passes(&servers[1].0, &quota, 3).await, 3);
+        assert_eq!(passes(&servers[0].0, &quota, 3), 3);
+        assert_eq!(passes(&servers[1].0, &quota, 3), 3);
         sync(&mut servers[0]).await;
         sync(&mut servers[1]).await;
         // The first server knew 3 at its sync; its next request's sync reads the 6.
-        assert_eq!(passes(&servers[0].0, &quota, 1).await, 1);
+        assert_eq!(passes(&servers[0].0, &quota, 1), 1);
         sync(&mut servers[0]).await;
-        assert_eq!(
-            passes(&servers[0].0, &quota, 10).await,
-            3,
-            "7 counted, 3 left"
-        );
+        assert_eq!(passes(&servers[0].0, &quota, 10), 3, "7 counted, 3 left");
         // The second has not synced since it read 6: it lets 4 more through, the overshoot of
         // one sync interval.
-        assert_eq!(passes(&servers[1].0, &quota, 10).await, 4);
+        assert_eq!(passes(&servers[1].0, &quota, 10), 4);
         sync(&mut servers[1]).await;
-        assert_eq!(passes(&servers[1].0, &quota, 10).await, 0);
+        assert_eq!(passes(&servers[1].0, &quota, 10), 0);
     }
 
     #[tokio::test]
